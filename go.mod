@@ -1,0 +1,3 @@
+module github.com/gorun/gorun
+
+go 1.24
