@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/config"
+	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/launcher"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+const examples = `
+EXAMPLES:
+   gorun -np 4 hostname                       4 ranks on this machine
+   gorun -n 8 python3 train.py --lr 1e-3      arguments after the program are the program's
+   gorun -H localhost:4 --tag-output ./prog   prefix every line with [rank]
+   gorun --hostfile hosts -np 16 ./prog       hosts from a file (see gorun-hostfile(5))
+   gorun --dry-run -np 8 -H a:4,b:4 ./prog    print the map and stop
+   gorun --print-env 3 -np 4 ./prog           show exactly what rank 3 gets
+
+EXIT STATUS:
+   0        every rank exited 0
+   N        the first rank to fail exited with N (its summary names it)
+   128+N    the first rank to fail was killed by signal N, or gorun got signal N
+   2        usage, configuration, host list or plan error: nothing started
+   124      --timeout expired
+   125      gorun itself failed while the job ran (an agent was lost)
+   126      the program is not executable;  127  the program was not found
+
+Every flag can also be set as GORUN_<FLAG> (e.g. GORUN_GRACE_PERIOD=10s) or as
+a key in /etc/gorun/config.toml, ~/.config/gorun/config.toml or ./gorun.toml;
+flags win over the environment, which wins over the files. "gorun config"
+shows the merged result.`
+
+// errExit carries an exit code out of urfave/cli.
+type errExit struct {
+	code int
+	err  error
+}
+
+func (e errExit) Error() string { return e.err.Error() }
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print gorun's version"}
+	app := &cli.App{
+		Name:                  "gorun",
+		Usage:                 "launch and supervise the ranks of a parallel job",
+		UsageText:             "gorun [flags] PROGRAM [ARGS...]\n   gorun COMMAND [flags]",
+		Version:               version,
+		Flags:                 cliFlags(),
+		HideHelpCommand:       true,
+		Writer:                stdout,
+		ErrWriter:             stderr,
+		CustomAppHelpTemplate: cli.AppHelpTemplate + examples + "\n",
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 && !c.Bool("dry-run") {
+				cli.ShowAppHelp(c)
+				return errExit{code: launcher.ExitUsage, err: errors.New("no program to run")}
+			}
+			return runJob(c, stdout, stderr)
+		},
+		Commands: []*cli.Command{
+			{
+				Name:   "agent",
+				Usage:  "run gorun's per-host agent (started by gorun itself)",
+				Hidden: true,
+				Flags:  []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"}},
+				Action: func(c *cli.Context) error {
+					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
+						In: os.Stdin, Out: os.Stdout, Log: stderr, Host: c.String("host"), Version: version,
+					})
+					if err != nil && !errors.Is(err, io.EOF) {
+						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "config",
+				Usage: "print the merged configuration and where each value came from",
+				Action: func(c *cli.Context) error {
+					cfg, err := loadConfig(c)
+					if err != nil {
+						return err
+					}
+					return cfg.Format(stdout)
+				},
+			},
+			{
+				Name:      "completion",
+				Usage:     "print a shell completion script (bash or zsh)",
+				ArgsUsage: "bash|zsh",
+				Action: func(c *cli.Context) error {
+					return completion(stdout, c.Args().First())
+				},
+			},
+		},
+	}
+	return app
+}
+
+// run runs gorun with args and returns its exit code.
+func run(args []string) (int, error) {
+	app := newApp(os.Stdout, os.Stderr)
+	err := app.Run(args)
+	var ee errExit
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &ee):
+		if ee.err == nil || ee.err.Error() == "" {
+			return ee.code, nil
+		}
+		return ee.code, ee.err
+	default:
+		// urfave/cli's own errors: bad flags.
+		return launcher.ExitUsage, err
+	}
+}
+
+// loadConfig merges files, environment and the command line. c may be a
+// subcommand's context: flag look-ups walk up to the main command's flags.
+func loadConfig(c *cli.Context) (*config.Config, error) {
+	cfg, err := config.Load(schema(), config.DefaultFiles(), os.Environ(), setOnCommandLine(c))
+	if err != nil {
+		return nil, errExit{code: launcher.ExitUsage, err: err}
+	}
+	return cfg, nil
+}
+
+// runJob turns the merged settings into launcher options and runs the job.
+func runJob(c *cli.Context, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	get := func(name string) string { s, _ := cfg.Get(name); return strings.Join(s.Values, ",") }
+	list := func(name string) []string { s, _ := cfg.Get(name); return s.Values }
+	num := func(name string) int { n, _ := strconv.Atoi(get(name)); return n }
+	dur := func(name string) time.Duration { d, _ := time.ParseDuration(get(name)); return d }
+	flag := func(name string) bool { return get(name) == "true" }
+	usage := func(err error) error { return errExit{code: launcher.ExitUsage, err: err} }
+
+	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude")}
+	hosts, implicit, desc, err := src.Hosts()
+	if err != nil {
+		return usage(err)
+	}
+	mapBy, err := launcher.ParseMapBy(get("map-by"))
+	if err != nil {
+		return usage(err)
+	}
+	var exports []env.Export
+	for _, x := range list("x") {
+		e, err := env.ParseExport(x)
+		if err != nil {
+			return usage(err)
+		}
+		exports = append(exports, e)
+	}
+	stdinRank, err := launcher.ParseStdin(get("stdin"))
+	if err != nil {
+		return usage(err)
+	}
+	for _, n := range []string{"np", "npernode", "max-restarts"} {
+		if num(n) < 0 {
+			return usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
+		}
+	}
+	for _, n := range []string{"grace-period", "timeout"} {
+		if dur(n) < 0 {
+			return usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
+		}
+	}
+	o := launcher.Options{
+		Argv: c.Args().Slice(), Hosts: hosts, ImplicitHosts: implicit,
+		Plan: launcher.PlanOptions{NP: num("np"), MapBy: mapBy, NPerNode: num("npernode"),
+			Oversubscribe: flag("oversubscribe"), Source: desc},
+		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
+		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
+		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
+		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
+	}
+	code, err := launcher.Run(context.Background(), o)
+	if err != nil || code != 0 {
+		return errExit{code: code, err: err}
+	}
+	return nil
+}

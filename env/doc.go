@@ -1,0 +1,10 @@
+// Package env computes the environment a rank starts with: gorun's own
+// GORUN_* variables, the names torch's env:// rendezvous and torchrun
+// users expect (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), the
+// Open MPI-compatible OMPI_COMM_WORLD_* names, and the user's -x exports.
+//
+// It is the one place in gorun that decides a rank's variables: the agent
+// calls [Build] for every rank it starts, and `gorun --print-env` shows the
+// result of the same call. The package does no I/O and reads no process
+// state: the base environment and every value come in as arguments.
+package env

@@ -1,0 +1,151 @@
+package env
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Rank is everything a rank's environment is computed from.
+type Rank struct {
+	JobID          string // gorun's job id, also TORCHELASTIC_RUN_ID
+	Rank           int    // global rank, 0-based
+	WorldSize      int    // number of ranks in the job
+	LocalRank      int    // rank among the ranks on the same host
+	LocalWorldSize int    // number of ranks on the same host
+	NodeRank       int    // index of the host among the job's hosts
+	NodeCount      int    // number of hosts that run ranks
+	Host           string // the host's name as the plan knows it
+	MasterAddr     string // address of rank 0's host, reachable by every rank
+	MasterPort     int    // a free port on rank 0's host chosen by gorun
+	RestartCount   int    // how many times the job was restarted before this start
+	MaxRestarts    int    // --max-restarts
+	AgentSocket    string // path of the agent's local socket; "" when it has none
+}
+
+// ErrBadExport is wrapped by the errors of [ParseExport].
+var ErrBadExport = errors.New("bad -x export")
+
+// Export is one -x argument: NAME (take the value from gorun's own
+// environment) or NAME=value.
+type Export struct {
+	Name     string
+	Value    string
+	HasValue bool
+}
+
+// ParseExport parses one -x argument.
+func ParseExport(s string) (Export, error) {
+	name, value, has := strings.Cut(s, "=")
+	if !validName(name) {
+		return Export{}, fmt.Errorf("%w %q: %q is not a variable name", ErrBadExport, s, name)
+	}
+	return Export{Name: name, Value: value, HasValue: has}, nil
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Resolve turns exports into NAME=value pairs, taking the value of a bare
+// NAME from lookup (gorun's own environment, as mpirun -x does). Names that
+// lookup does not know are returned in missing, in order, so that the
+// caller can say so; they are left out of the result.
+func Resolve(exports []Export, lookup func(string) (string, bool)) (vars, missing []string) {
+	for _, e := range exports {
+		if e.HasValue {
+			vars = append(vars, e.Name+"="+e.Value)
+			continue
+		}
+		v, ok := lookup(e.Name)
+		if !ok {
+			missing = append(missing, e.Name)
+			continue
+		}
+		vars = append(vars, e.Name+"="+v)
+	}
+	return vars, missing
+}
+
+// Vars returns the variables gorun sets for r, as NAME=value pairs sorted
+// by name.
+func Vars(r Rank) []string {
+	itoa := strconv.Itoa
+	v := []string{
+		"RANK=" + itoa(r.Rank),
+		"WORLD_SIZE=" + itoa(r.WorldSize),
+		"LOCAL_RANK=" + itoa(r.LocalRank),
+		"LOCAL_WORLD_SIZE=" + itoa(r.LocalWorldSize),
+		"GROUP_RANK=" + itoa(r.NodeRank),
+		"GROUP_WORLD_SIZE=" + itoa(r.NodeCount),
+		"NODE_RANK=" + itoa(r.NodeRank),
+		"ROLE_RANK=" + itoa(r.Rank),
+		"ROLE_WORLD_SIZE=" + itoa(r.WorldSize),
+		"ROLE_NAME=default",
+		"MASTER_ADDR=" + r.MasterAddr,
+		"MASTER_PORT=" + itoa(r.MasterPort),
+		"TORCHELASTIC_RESTART_COUNT=" + itoa(r.RestartCount),
+		"TORCHELASTIC_MAX_RESTARTS=" + itoa(r.MaxRestarts),
+		"TORCHELASTIC_RUN_ID=" + r.JobID,
+		"OMPI_COMM_WORLD_RANK=" + itoa(r.Rank),
+		"OMPI_COMM_WORLD_SIZE=" + itoa(r.WorldSize),
+		"OMPI_COMM_WORLD_LOCAL_RANK=" + itoa(r.LocalRank),
+		"OMPI_COMM_WORLD_LOCAL_SIZE=" + itoa(r.LocalWorldSize),
+		"OMPI_COMM_WORLD_NODE_RANK=" + itoa(r.NodeRank),
+		"GORUN_JOB_ID=" + r.JobID,
+		"GORUN_RANK=" + itoa(r.Rank),
+		"GORUN_WORLD_SIZE=" + itoa(r.WorldSize),
+		"GORUN_LOCAL_RANK=" + itoa(r.LocalRank),
+		"GORUN_LOCAL_WORLD_SIZE=" + itoa(r.LocalWorldSize),
+		"GORUN_NODE_RANK=" + itoa(r.NodeRank),
+		"GORUN_NODE_COUNT=" + itoa(r.NodeCount),
+		"GORUN_HOSTNAME=" + r.Host,
+		"GORUN_RESTART_COUNT=" + itoa(r.RestartCount),
+	}
+	if r.AgentSocket != "" {
+		v = append(v, "GORUN_AGENT_SOCKET="+r.AgentSocket)
+	}
+	sort.Strings(v)
+	return v
+}
+
+// Build returns the environment of rank r: base (the agent's own
+// environment), overridden by gorun's variables ([Vars]), overridden in
+// turn by the resolved -x exports, which the user asked for explicitly.
+// A name appears once; the order is base's, with new names appended.
+func Build(base []string, r Rank, exports []string) []string {
+	out := make([]string, 0, len(base)+40)
+	index := make(map[string]int, len(base)+40)
+	set := func(kv string) {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[name]; ok {
+			out[i] = kv
+			return
+		}
+		index[name] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range base {
+		set(kv)
+	}
+	for _, kv := range Vars(r) {
+		set(kv)
+	}
+	for _, kv := range exports {
+		set(kv)
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package env
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func lookupIn(env []string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		for _, kv := range env {
+			if k, v, _ := strings.Cut(kv, "="); k == name {
+				return v, true
+			}
+		}
+		return "", false
+	}
+}
+
+func TestBuild(t *testing.T) {
+	t.Parallel()
+	r := Rank{JobID: "j1", Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 4, NodeRank: 1, NodeCount: 2,
+		Host: "n2", MasterAddr: "10.0.0.1", MasterPort: 23456, RestartCount: 2, MaxRestarts: 3, AgentSocket: "/run/a.sock"}
+	base := []string{"PATH=/bin", "RANK=99", "HOME=/root", "MASTER_PORT=1"}
+	got := Build(base, r, []string{"MASTER_PORT=29500", "FOO=bar"})
+	want := map[string]string{
+		"PATH": "/bin", "HOME": "/root", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",
+		"GROUP_RANK": "1", "NODE_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
+		"MASTER_PORT": "29500", // an explicit -x wins over gorun's choice
+		"FOO":         "bar", "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "3",
+		"TORCHELASTIC_RUN_ID": "j1", "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+		"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_NODE_RANK": "1",
+		"GORUN_JOB_ID": "j1", "GORUN_RANK": "5", "GORUN_AGENT_SOCKET": "/run/a.sock", "GORUN_HOSTNAME": "n2",
+	}
+	seen := map[string]int{}
+	for _, kv := range got {
+		k, _, _ := strings.Cut(kv, "=")
+		seen[k]++
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Errorf("%s appears %d times", k, n)
+		}
+	}
+	look := lookupIn(got)
+	for k, v := range want {
+		if g, ok := look(k); !ok || g != v {
+			t.Errorf("%s = %q (set %v), want %q", k, g, ok, v)
+		}
+	}
+	if got[0] != "PATH=/bin" || got[1] != "RANK=5" {
+		t.Errorf("base order not kept: %v", got[:2])
+	}
+}
+
+func TestNoAgentSocket(t *testing.T) {
+	t.Parallel()
+	for _, kv := range Vars(Rank{}) {
+		if strings.HasPrefix(kv, "GORUN_AGENT_SOCKET=") {
+			t.Fatalf("GORUN_AGENT_SOCKET set without a socket: %q", kv)
+		}
+	}
+}
+
+func TestParseExport(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    Export
+		wantErr bool
+	}{
+		{in: "FOO", want: Export{Name: "FOO"}},
+		{in: "FOO=", want: Export{Name: "FOO", HasValue: true}},
+		{in: "FOO=a=b", want: Export{Name: "FOO", Value: "a=b", HasValue: true}},
+		{in: "_x1=2", want: Export{Name: "_x1", Value: "2", HasValue: true}},
+		{in: "", wantErr: true},
+		{in: "=v", wantErr: true},
+		{in: "1A=v", wantErr: true},
+		{in: "A B=v", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := ParseExport(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, ErrBadExport) {
+					t.Fatalf("ParseExport(%q) error = %v, want ErrBadExport", tt.in, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseExport(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolve(t *testing.T) {
+	t.Parallel()
+	ex := []Export{{Name: "A"}, {Name: "B", Value: "2", HasValue: true}, {Name: "MISSING"}}
+	vars, missing := Resolve(ex, lookupIn([]string{"A=1"}))
+	if strings.Join(vars, " ") != "A=1 B=2" || strings.Join(missing, " ") != "MISSING" {
+		t.Fatalf("Resolve = %v, %v", vars, missing)
+	}
+}

@@ -1,0 +1,681 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/launcher/output"
+)
+
+// AgentOptions configures [RunAgent].
+type AgentOptions struct {
+	In      io.Reader // the control channel from the head (the agent's stdin)
+	Out     io.Writer // the control channel to the head (the agent's stdout)
+	Log     io.Writer // diagnostics (the agent's stderr)
+	Host    string    // the host's name in the plan, for messages
+	Version string    // gorun's version, sent in the hello
+}
+
+// stopGraceOnEOF is how long ranks get between SIGTERM and SIGKILL when the
+// head has gone away without saying goodbye.
+const stopGraceOnEOF = time.Second
+
+// readerDrain bounds how long an exited rank's output pipes are read after
+// its process group was killed (an escaped grandchild may hold them open).
+const readerDrain = 2 * time.Second
+
+type agent struct {
+	o   AgentOptions
+	w   *control.Writer
+	log *log
+
+	mu      sync.Mutex // guards everything below; held across fork+register
+	byPID   map[int]*rankProc
+	live    int // ranks of gen not yet reported
+	gen     int
+	stopped bool // Kill was received for gen
+	exiting bool
+	killT   *time.Timer
+	stdin   map[int]chan []byte // rank -> chunks for its stdin pipe
+}
+
+type rankProc struct {
+	rank    int
+	pid     int
+	start   time.Time
+	readers sync.WaitGroup
+	outR    []*os.File // read ends of stdout and stderr
+	tail    tail
+	stopped bool
+	ooms    int
+}
+
+// RunAgent runs the agent side of a job until the head says shutdown or
+// goes away. Everything it started is gone when it returns.
+func RunAgent(ctx context.Context, o AgentOptions) error {
+	// Orphaned grandchildren of ranks are re-parented to the agent, so that
+	// it can find and kill them; ranks die with the agent's thread.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	a := &agent{
+		o:     o,
+		w:     control.NewWriter(o.Out),
+		log:   &log{w: o.Log, prefix: "gorun agent " + o.Host + ": "},
+		byPID: map[int]*rankProc{},
+		stdin: map[int]chan []byte{},
+	}
+	if err := a.w.WritePreamble(); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	r := control.NewReader(o.In)
+	if _, err := control.Handshake(a.w, r, control.Hello{
+		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(),
+	}); err != nil {
+		return fmt.Errorf("handshake with the head: %w", err)
+	}
+
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	frames := make(chan error, 1)
+	go func() { frames <- a.readFrames(r) }()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGCHLD {
+				a.reap()
+				continue
+			}
+			a.log.printf("got %v: stopping every rank", s)
+			return a.shutdown(stopGraceOnEOF)
+		case err := <-frames:
+			if err != nil && !errors.Is(err, errShutdown) {
+				if !errors.Is(err, io.EOF) {
+					a.log.printf("control channel: %v", err)
+				}
+				// The head is gone: nothing may survive it.
+				a.shutdown(stopGraceOnEOF)
+				return err
+			}
+			return a.shutdown(0)
+		case <-ctx.Done():
+			a.shutdown(stopGraceOnEOF)
+			return ctx.Err()
+		}
+	}
+}
+
+var errShutdown = errors.New("shutdown")
+
+func (a *agent) readFrames(r *control.Reader) error {
+	for {
+		f, err := r.Next()
+		if err != nil {
+			return err
+		}
+		switch f.Type {
+		case control.TypeLaunch:
+			var l control.Launch
+			if err := f.Decode(&l); err != nil {
+				return err
+			}
+			a.launch(l)
+		case control.TypeStdin:
+			s, err := f.Stdin()
+			if err != nil {
+				return err
+			}
+			a.mu.Lock()
+			ch := a.stdin[s.Rank]
+			if len(s.Data) == 0 {
+				delete(a.stdin, s.Rank)
+			}
+			a.mu.Unlock()
+			if ch == nil {
+				// The rank is gone or takes no stdin: acknowledge and drop.
+				a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: s.Rank, Bytes: len(s.Data)})
+				continue
+			}
+			if len(s.Data) == 0 {
+				close(ch)
+			} else {
+				ch <- append([]byte(nil), s.Data...) // the head keeps at most a window in flight
+			}
+		case control.TypeSignal:
+			var s control.Signal
+			if err := f.Decode(&s); err != nil {
+				return err
+			}
+			a.signalAll(syscall.Signal(s.Signal))
+		case control.TypeKill:
+			var k control.Kill
+			if err := f.Decode(&k); err != nil {
+				return err
+			}
+			a.kill(k.Grace)
+		case control.TypeShutdown:
+			return errShutdown
+		default:
+			return fmt.Errorf("%w: unexpected %s frame from the head", control.ErrProtocol, f.Type)
+		}
+	}
+}
+
+// launch starts a generation of ranks, or answers a print-env request.
+func (a *agent) launch(l control.Launch) {
+	base := os.Environ()
+	rankEnv := func(s control.RankSpec) []string {
+		return env.Build(base, env.Rank{
+			JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
+			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
+			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
+			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts,
+		}, l.Exports)
+	}
+	if l.PrintEnv > 0 {
+		for _, s := range l.Ranks {
+			if s.Rank == l.PrintEnv-1 {
+				a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: rankEnv(s)})
+				return
+			}
+		}
+		a.w.Send(control.TypeError, control.Error{Msg: fmt.Sprintf("rank %d is not on this host", l.PrintEnv-1)})
+		return
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.gen, a.stopped, a.live = l.Generation, false, len(l.Ranks)
+	if a.killT != nil {
+		a.killT.Stop()
+	}
+	ooms := oomKills()
+	fail := func(s control.RankSpec, code int, msg string) {
+		a.w.Send(control.TypeExited, control.Exited{Generation: l.Generation, Rank: s.Rank, End: time.Now(), Code: code, Err: msg})
+		a.live--
+	}
+	path, code, msg := a.resolve(l, base)
+	for _, s := range l.Ranks {
+		if msg != "" {
+			fail(s, code, msg)
+			continue
+		}
+		p, err := a.start(l, s, path, rankEnv(s))
+		if err != nil {
+			code := 1
+			if errors.Is(err, syscall.ENOENT) {
+				code = 127
+			} else if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
+				code = 126
+			}
+			fail(s, code, fmt.Sprintf("cannot start %s: %v", l.Argv[0], err))
+			continue
+		}
+		p.ooms = ooms
+		a.w.Send(control.TypeStarted, control.Started{Generation: l.Generation, Rank: s.Rank, PID: p.pid, Time: p.start})
+	}
+	if a.live == 0 {
+		a.done()
+	}
+}
+
+// resolve finds the program as a shell would, in the ranks' PATH, and
+// checks the working directory.
+func (a *agent) resolve(l control.Launch, base []string) (path string, code int, msg string) {
+	if len(l.Argv) == 0 {
+		return "", 2, "no program to run"
+	}
+	if st, err := os.Stat(l.Dir); err != nil || !st.IsDir() {
+		return "", 1, fmt.Sprintf("working directory %s does not exist here", l.Dir)
+	}
+	prog := l.Argv[0]
+	if strings.Contains(prog, "/") {
+		if !filepath.IsAbs(prog) {
+			prog = filepath.Join(l.Dir, prog)
+		}
+		st, err := os.Stat(prog)
+		switch {
+		case err != nil:
+			return "", 127, fmt.Sprintf("%s: no such file", l.Argv[0])
+		case st.IsDir() || st.Mode()&0o111 == 0:
+			return "", 126, fmt.Sprintf("%s: not an executable file", l.Argv[0])
+		}
+		return prog, 0, ""
+	}
+	pathVar := ""
+	for _, kv := range append(base, l.Exports...) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(l.Dir, dir)
+		}
+		p := filepath.Join(dir, prog)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, 0, ""
+		}
+	}
+	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar)
+}
+
+// start forks one rank; a.mu is held so the reaper cannot miss it.
+func (a *agent) start(l control.Launch, s control.RankSpec, path string, environ []string) (*rankProc, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	var inR, inW *os.File
+	if s.Stdin {
+		inR, inW, err = os.Pipe()
+	} else {
+		inR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
+	pid, err := syscall.ForkExec(path, l.Argv, &syscall.ProcAttr{
+		Dir:   l.Dir,
+		Env:   environ,
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	inR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		return nil, err
+	}
+	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
+	a.byPID[pid] = p
+	p.readers.Add(2)
+	go a.relay(p, outR, output.Stdout)
+	go a.relay(p, errR, output.Stderr)
+	if inW != nil {
+		ch := make(chan []byte, stdinWindow+1)
+		a.stdin[s.Rank] = ch
+		go a.feed(s.Rank, inW, ch)
+	}
+	return p, nil
+}
+
+// relay sends what a rank writes to one of its pipes to the head.
+func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
+	defer p.readers.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if s == output.Stderr {
+				p.tail.write(buf[:n])
+			}
+			a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: time.Now(), Data: buf[:n]})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// feed writes stdin chunks to a rank and acknowledges them, so the head
+// keeps only a window in flight.
+func (a *agent) feed(rank int, w *os.File, ch chan []byte) {
+	broken := false
+	for b := range ch {
+		if !broken {
+			if _, err := w.Write(b); err != nil {
+				broken = true // the rank closed its stdin: drop the rest
+			}
+		}
+		a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: rank, Bytes: len(b)})
+	}
+	w.Close()
+}
+
+// reap collects every child that has ended: ranks, and orphans re-parented
+// to the agent.
+func (a *agent) reap() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+		if pid <= 0 || err != nil {
+			return
+		}
+		p := a.byPID[pid]
+		if p == nil {
+			continue // an orphan: reaped, nothing to report
+		}
+		delete(a.byPID, pid)
+		// What the rank left behind in its process group goes with it.
+		unix.Kill(-pid, unix.SIGKILL)
+		if ch := a.stdin[p.rank]; ch != nil {
+			delete(a.stdin, p.rank)
+			close(ch)
+		}
+		e := control.Exited{Generation: a.gen, Rank: p.rank, PID: pid, Start: p.start, End: time.Now(),
+			MaxRSS: ru.Maxrss, Stopped: p.stopped || a.stopped}
+		switch {
+		case ws.Exited():
+			e.Code = ws.ExitStatus()
+		case ws.Signaled():
+			e.Code, e.Signal = -1, int(ws.Signal())
+			if ws.Signal() == unix.SIGKILL {
+				e.OOMKills = oomKills() - p.ooms
+			}
+		}
+		go a.finish(p, e)
+	}
+}
+
+// finish reports a rank's end after its output has been relayed.
+func (a *agent) finish(p *rankProc, e control.Exited) {
+	done := make(chan struct{})
+	go func() { p.readers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(readerDrain):
+		// An escaped grandchild holds the pipes: stop reading them.
+		for _, f := range p.outR {
+			f.Close()
+		}
+		<-done
+	}
+	for _, f := range p.outR {
+		f.Close()
+	}
+	e.StderrTail = p.tail.String()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e.Generation != a.gen {
+		return
+	}
+	a.w.Send(control.TypeExited, e)
+	a.live--
+	if a.live == 0 {
+		a.done()
+	}
+}
+
+// done reports the generation finished, once its leftovers are gone.
+func (a *agent) done() {
+	if a.killT != nil {
+		a.killT.Stop()
+	}
+	killOrphans(time.Second)
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: ru.Maxrss})
+}
+
+func (a *agent) signalAll(sig syscall.Signal) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for pid := range a.byPID {
+		unix.Kill(-pid, sig)
+		if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
+			unix.Kill(-pid, unix.SIGCONT) // a stopped rank must see it
+		}
+	}
+}
+
+// kill stops every rank: SIGTERM now, SIGKILL after grace.
+func (a *agent) kill(grace time.Duration) {
+	a.mu.Lock()
+	a.stopped = true
+	for _, p := range a.byPID {
+		p.stopped = true
+	}
+	a.mu.Unlock()
+	if grace <= 0 {
+		a.signalAll(unix.SIGKILL)
+		return
+	}
+	a.signalAll(unix.SIGTERM)
+	a.mu.Lock()
+	if a.killT != nil {
+		a.killT.Stop()
+	}
+	a.killT = time.AfterFunc(grace, func() { a.signalAll(unix.SIGKILL) })
+	a.mu.Unlock()
+}
+
+// shutdown stops every rank and orphan, waits for them, and returns.
+func (a *agent) shutdown(grace time.Duration) error {
+	a.mu.Lock()
+	n := len(a.byPID)
+	a.mu.Unlock()
+	if n > 0 {
+		a.kill(grace)
+		deadline := time.Now().Add(grace + 2*time.Second)
+		for time.Now().Before(deadline) {
+			a.reap()
+			a.mu.Lock()
+			n = len(a.byPID)
+			a.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	killOrphans(2 * time.Second)
+	return nil
+}
+
+// killOrphans kills and reaps every remaining child of the agent: ranks'
+// descendants that escaped their process group and were re-parented here.
+func killOrphans(limit time.Duration) {
+	self := os.Getpid()
+	deadline := time.Now().Add(limit)
+	for {
+		kids := children(self)
+		if len(kids) == 0 {
+			return
+		}
+		for _, pid := range kids {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(2 * time.Millisecond)
+		for {
+			var ws unix.WaitStatus
+			if pid, _ := unix.Wait4(-1, &ws, unix.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			return
+		}
+	}
+}
+
+// children lists the pids whose parent is ppid, from /proc.
+func children(ppid int) []int {
+	// /proc/PID/task/TID/children lists them directly where the kernel
+	// has it (CONFIG_PROC_CHILDREN); otherwise scan /proc.
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", ppid))
+	found := false
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", ppid, t.Name()))
+		if err != nil {
+			continue
+		}
+		found = true
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	if found {
+		return out
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command (which may hold spaces) start after ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 && f[1] == strconv.Itoa(ppid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// oomKills reads the kernel's count of OOM kills (/proc/vmstat oom_kill).
+func oomKills() int {
+	f, err := os.Open("/proc/vmstat")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
+}
+
+// freePort picks a TCP port that is free now and lies outside the
+// kernel's ephemeral range, so that no outgoing connection takes it
+// before rank 0 listens on it. It never returns a fixed default.
+func freePort() int {
+	lo, hi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			lo, _ = strconv.Atoi(f[0])
+			hi, _ = strconv.Atoi(f[1])
+		}
+	}
+	pick := func() int {
+		if lo > 11024 {
+			return 10000 + rand.IntN(lo-10000)
+		}
+		if hi < 64000 {
+			return hi + 1 + rand.IntN(65535-hi)
+		}
+		return 1024 + rand.IntN(64511)
+	}
+	for range 64 {
+		p := pick()
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	return 0
+}
+
+// tail keeps the last lines a rank wrote to stderr.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 2048
+
+func (t *tail) write(p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= tailBytes {
+		t.buf = append(t.buf[:0], p[len(p)-tailBytes:]...)
+		return
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailBytes {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailBytes:]...)
+	}
+}
+
+// String returns at most the last 10 lines.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimRight(string(t.buf), "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// log writes the agent's diagnostics.
+type log struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+}
+
+func (l *log) printf(format string, args ...any) {
+	if l.w == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, l.prefix+format+"\n", args...)
+}
+
+// Stdin flow control: the head sends chunks of at most stdinChunk bytes and
+// keeps at most stdinWindow chunks unacknowledged, so the agent's queue for
+// a rank that does not read its stdin never blocks the control channel.
+const (
+	stdinChunk  = 32 << 10
+	stdinWindow = 32
+)

@@ -1,0 +1,392 @@
+package control
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Version is the protocol version this build speaks.
+const Version = 1
+
+// Preamble is written by the agent before its first frame.
+const Preamble = "\x00GORUN-CONTROL\n"
+
+// MaxFrame bounds a frame's length field; longer frames are refused.
+const MaxFrame = 16 << 20
+
+// maxGarbage bounds what the head skips before the preamble.
+const maxGarbage = 64 << 10
+
+// ErrProtocol is wrapped by every error about malformed input.
+var ErrProtocol = errors.New("control protocol")
+
+// Type identifies a frame's message.
+type Type uint8
+
+// The message types. Directions: H->A is head to agent, A->H agent to head.
+const (
+	TypeHello    Type = 1  // both: Hello
+	TypeLaunch   Type = 2  // H->A: Launch
+	TypeStarted  Type = 3  // A->H: Started
+	TypeExited   Type = 4  // A->H: Exited
+	TypeOutput   Type = 5  // A->H: binary Output
+	TypeStdin    Type = 6  // H->A: binary Stdin; empty data is EOF
+	TypeSignal   Type = 7  // H->A: Signal
+	TypeKill     Type = 8  // H->A: Kill
+	TypeDone     Type = 9  // A->H: Done
+	TypeShutdown Type = 10 // H->A: no payload
+	TypeError    Type = 11 // A->H: Error
+	TypeEnv      Type = 12 // A->H: Env, the answer to a Launch with PrintEnv
+	TypeStdinAck Type = 13 // A->H: StdinAck
+	maxType      Type = 13
+)
+
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack"}
+
+func (t Type) String() string {
+	if t >= 1 && t <= maxType {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// Hello is the first message in each direction.
+type Hello struct {
+	Proto    int    `json:"proto"`
+	Version  string `json:"version"`             // gorun's version
+	Host     string `json:"host,omitempty"`      // the agent's host name (os.Hostname)
+	PID      int    `json:"pid,omitempty"`       // the agent's pid
+	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
+	GPUs     int    `json:"gpus,omitempty"`      // GPUs found on the host
+	FreePort int    `json:"free_port,omitempty"` // a port free on the agent's host, outside the ephemeral range
+}
+
+// RankSpec is one rank an agent must start.
+type RankSpec struct {
+	Rank      int  `json:"rank"`
+	LocalRank int  `json:"local_rank"`
+	Stdin     bool `json:"stdin,omitempty"` // this rank gets gorun's stdin
+}
+
+// Launch asks an agent to start a generation of its ranks.
+type Launch struct {
+	Generation     int        `json:"generation"` // restart count
+	JobID          string     `json:"job_id"`
+	Argv           []string   `json:"argv"`
+	Dir            string     `json:"dir"` // working directory
+	Ranks          []RankSpec `json:"ranks"`
+	WorldSize      int        `json:"world_size"`
+	LocalWorldSize int        `json:"local_world_size"`
+	NodeRank       int        `json:"node_rank"`
+	NodeCount      int        `json:"node_count"`
+	Host           string     `json:"host"` // the host's name in the plan
+	MasterAddr     string     `json:"master_addr"`
+	MasterPort     int        `json:"master_port"`
+	MaxRestarts    int        `json:"max_restarts"`
+	Exports        []string   `json:"exports,omitempty"`   // resolved -x NAME=value pairs
+	PrintEnv       int        `json:"print_env,omitempty"` // if > 0, reply with the Env of rank PrintEnv-1 and start nothing
+}
+
+// Started reports that a rank's process runs.
+type Started struct {
+	Generation int       `json:"generation"`
+	Rank       int       `json:"rank"`
+	PID        int       `json:"pid"`
+	Time       time.Time `json:"time"`
+}
+
+// Exited reports how a rank ended (or that it could not start).
+type Exited struct {
+	Generation int       `json:"generation"`
+	Rank       int       `json:"rank"`
+	PID        int       `json:"pid,omitempty"`
+	Start      time.Time `json:"start,omitempty"`
+	End        time.Time `json:"end"`
+	Code       int       `json:"code"`                  // exit code; -1 when killed by a signal
+	Signal     int       `json:"signal,omitempty"`      // the signal that killed it, 0 if none
+	Err        string    `json:"err,omitempty"`         // set when the rank could not start
+	StderrTail string    `json:"stderr_tail,omitempty"` // the last lines it wrote to stderr
+	MaxRSS     int64     `json:"max_rss_kb,omitempty"`  // peak resident set of the rank's process, KiB
+	Stopped    bool      `json:"stopped,omitempty"`     // gorun had signalled it (Kill) before it ended
+	OOMKills   int       `json:"oom_kills,omitempty"`   // OOM kills the kernel counted while the rank ran
+}
+
+// Signal asks an agent to send a signal to every rank's process group.
+type Signal struct {
+	Signal int `json:"signal"`
+}
+
+// Kill asks an agent to stop its ranks: SIGTERM to every process group,
+// SIGKILL to what is left after Grace (0: SIGKILL at once).
+type Kill struct {
+	Grace time.Duration `json:"grace"`
+}
+
+// Done reports that every rank of a generation has ended and nothing the
+// ranks started is left.
+type Done struct {
+	Generation int   `json:"generation"`
+	MaxRSS     int64 `json:"max_rss_kb"` // the agent's own peak resident set, KiB
+}
+
+// Error reports an agent-side failure that is not one rank's.
+type Error struct {
+	Msg string `json:"msg"`
+}
+
+// Env answers a Launch with PrintEnv set.
+type Env struct {
+	Rank int      `json:"rank"`
+	Env  []string `json:"env"`
+}
+
+// StdinAck says that Bytes of stdin were written to (or dropped for) a
+// rank, so that the head may send more.
+type StdinAck struct {
+	Rank  int `json:"rank"`
+	Bytes int `json:"bytes"`
+}
+
+// Output is a chunk of a rank's stdout (Stream 1) or stderr (Stream 2).
+type Output struct {
+	Rank   int
+	Stream uint8
+	Time   time.Time // when the agent read it
+	Data   []byte
+}
+
+// Stdin is a chunk of gorun's stdin for a rank; empty Data means EOF.
+type Stdin struct {
+	Rank int
+	Data []byte
+}
+
+// Frame is one received message, its payload not yet decoded.
+type Frame struct {
+	Type    Type
+	Payload []byte
+}
+
+// Decode unmarshals a JSON payload into v.
+func (f Frame) Decode(v any) error {
+	if err := json.Unmarshal(f.Payload, v); err != nil {
+		return fmt.Errorf("%w: bad %s message: %w", ErrProtocol, f.Type, err)
+	}
+	return nil
+}
+
+// Output decodes a TypeOutput frame. Data aliases the frame's payload.
+func (f Frame) Output() (Output, error) {
+	if len(f.Payload) < 13 {
+		return Output{}, fmt.Errorf("%w: short output frame (%d bytes)", ErrProtocol, len(f.Payload))
+	}
+	return Output{
+		Rank:   int(binary.BigEndian.Uint32(f.Payload)),
+		Stream: f.Payload[4],
+		Time:   time.Unix(0, int64(binary.BigEndian.Uint64(f.Payload[5:]))),
+		Data:   f.Payload[13:],
+	}, nil
+}
+
+// Stdin decodes a TypeStdin frame. Data aliases the frame's payload.
+func (f Frame) Stdin() (Stdin, error) {
+	if len(f.Payload) < 4 {
+		return Stdin{}, fmt.Errorf("%w: short stdin frame (%d bytes)", ErrProtocol, len(f.Payload))
+	}
+	return Stdin{Rank: int(binary.BigEndian.Uint32(f.Payload)), Data: f.Payload[4:]}, nil
+}
+
+// Writer sends frames; it is safe for concurrent use, and each frame goes
+// out in one Write call.
+type Writer struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// WritePreamble writes [Preamble]; agents call it once, first.
+func (w *Writer) WritePreamble() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, err := io.WriteString(w.w, Preamble)
+	return err
+}
+
+func (w *Writer) send(t Type, parts ...[]byte) error {
+	n := 1
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > MaxFrame {
+		return fmt.Errorf("%w: %s frame of %d bytes is over the %d limit", ErrProtocol, t, n, MaxFrame)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	b := w.buf[:0]
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	b = append(b, byte(t))
+	for _, p := range parts {
+		b = append(b, p...)
+	}
+	_, err := w.w.Write(b)
+	if cap(b) <= 1<<20 {
+		w.buf = b[:0]
+	} else {
+		w.buf = nil
+	}
+	if err != nil {
+		w.err = err
+	}
+	return err
+}
+
+// Send sends a JSON message of type t (v may be nil for no payload).
+func (w *Writer) Send(t Type, v any) error {
+	if v == nil {
+		return w.send(t)
+	}
+	p, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", t, err)
+	}
+	return w.send(t, p)
+}
+
+// maxChunk keeps an output or stdin frame under MaxFrame.
+const maxChunk = MaxFrame - 64
+
+// SendOutput sends a chunk of a rank's output, split if it is large.
+func (w *Writer) SendOutput(o Output) error {
+	var h [13]byte
+	binary.BigEndian.PutUint32(h[:], uint32(o.Rank))
+	h[4] = o.Stream
+	binary.BigEndian.PutUint64(h[5:], uint64(o.Time.UnixNano()))
+	for d := o.Data; ; {
+		c := d[:min(len(d), maxChunk)]
+		if err := w.send(TypeOutput, h[:], c); err != nil {
+			return err
+		}
+		d = d[len(c):]
+		if len(d) == 0 {
+			return nil
+		}
+	}
+}
+
+// SendStdin sends a chunk of stdin for a rank; empty data means EOF.
+func (w *Writer) SendStdin(s Stdin) error {
+	var h [4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(s.Rank))
+	if len(s.Data) == 0 {
+		return w.send(TypeStdin, h[:])
+	}
+	for d := s.Data; len(d) > 0; {
+		c := d[:min(len(d), maxChunk)]
+		if err := w.send(TypeStdin, h[:], c); err != nil {
+			return err
+		}
+		d = d[len(c):]
+	}
+	return nil
+}
+
+// Reader receives frames. It is not safe for concurrent use.
+type Reader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+// NewReader returns a Reader on r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
+
+// SkipPreamble reads up to and including [Preamble]. Whatever came before
+// it (at most 64 KiB) is returned, so that the caller can show it: it is
+// usually a login shell's chatter.
+func (r *Reader) SkipPreamble() (garbage []byte, err error) {
+	var seen []byte
+	for {
+		b, err := r.r.ReadByte()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return seen, err
+		}
+		seen = append(seen, b)
+		if bytes.HasSuffix(seen, []byte(Preamble)) {
+			return seen[:len(seen)-len(Preamble)], nil
+		}
+		if len(seen) > maxGarbage+len(Preamble) {
+			return seen[:maxGarbage], fmt.Errorf("%w: no preamble in the first %d bytes", ErrProtocol, maxGarbage)
+		}
+	}
+}
+
+// Next reads the next frame. The payload is valid until the next call.
+// io.EOF means the peer closed the stream between frames.
+func (r *Reader) Next() (Frame, error) {
+	var h [5]byte
+	if _, err := io.ReadFull(r.r, h[:4]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return Frame{}, fmt.Errorf("%w: stream ended inside a frame header", ErrProtocol)
+		}
+		return Frame{}, err
+	}
+	n := binary.BigEndian.Uint32(h[:4])
+	if n == 0 || n > MaxFrame {
+		return Frame{}, fmt.Errorf("%w: frame length %d out of range", ErrProtocol, n)
+	}
+	t, err := r.r.ReadByte()
+	if err != nil {
+		return Frame{}, fmt.Errorf("%w: stream ended inside a frame: %w", ErrProtocol, err)
+	}
+	if Type(t) == 0 || Type(t) > maxType {
+		return Frame{}, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, t)
+	}
+	if cap(r.buf) < int(n-1) {
+		r.buf = make([]byte, n-1)
+	}
+	p := r.buf[:n-1]
+	if _, err := io.ReadFull(r.r, p); err != nil {
+		return Frame{}, fmt.Errorf("%w: stream ended inside a %s frame: %w", ErrProtocol, Type(t), err)
+	}
+	return Frame{Type: Type(t), Payload: p}, nil
+}
+
+// Handshake sends our Hello and reads the peer's, which must come first
+// and speak our Version.
+func Handshake(w *Writer, r *Reader, mine Hello) (Hello, error) {
+	mine.Proto = Version
+	if err := w.Send(TypeHello, mine); err != nil {
+		return Hello{}, fmt.Errorf("send hello: %w", err)
+	}
+	f, err := r.Next()
+	if err != nil {
+		return Hello{}, fmt.Errorf("read hello: %w", err)
+	}
+	if f.Type != TypeHello {
+		return Hello{}, fmt.Errorf("%w: first frame is %s, want hello", ErrProtocol, f.Type)
+	}
+	var h Hello
+	if err := f.Decode(&h); err != nil {
+		return Hello{}, err
+	}
+	if h.Proto != Version {
+		return h, fmt.Errorf("%w: peer speaks version %d (gorun %s), this gorun speaks %d", ErrProtocol, h.Proto, h.Version, Version)
+	}
+	return h, nil
+}

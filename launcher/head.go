@@ -1,0 +1,639 @@
+package launcher
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/launcher/output"
+)
+
+// Exit codes of gorun itself. A job whose rank failed exits with that
+// rank's code (128+N for signal N) instead.
+const (
+	ExitOK          = 0   // every rank exited 0
+	ExitUsage       = 2   // bad flags, configuration, host list or plan: nothing started
+	ExitLaunch      = 125 // gorun itself failed while running the job (an agent was lost)
+	ExitNotExec     = 126 // the program exists but cannot be executed
+	ExitNotFound    = 127 // the program was not found
+	ExitTimeout     = 124 // --timeout expired
+	exitSignalStart = 128 // 128+N: a rank was killed by signal N, or gorun got signal N
+)
+
+// Options is everything the head needs to run a job.
+type Options struct {
+	Argv          []string        // the program and its arguments
+	Hosts         []hostfile.Host // where ranks may run
+	ImplicitHosts bool            // Hosts is the embedded localhost default, not the user's
+	Plan          PlanOptions
+	Exports       []env.Export // -x
+	DisplayMap    bool         // print the plan
+	DryRun        bool         // stop after the plan
+	PrintEnv      int          // print rank PrintEnv's environment and stop; -1 = off
+	Tag           bool         // --tag-output
+	Timestamp     bool         // --timestamp-output
+	OutputDir     string       // --output-filename
+	StdinRank     int          // rank that gets gorun's stdin; -1 = none
+	Grace         time.Duration
+	Timeout       time.Duration // 0 = none
+	MaxRestarts   int
+	SummaryJSON   string // --summary-json file
+	Verbose       bool
+
+	Starter Starter   // nil = LocalStarter
+	Stdin   io.Reader // nil = os.Stdin
+	Stdout  io.Writer // nil = os.Stdout
+	Stderr  io.Writer // nil = os.Stderr
+	Version string
+}
+
+// ErrUsage is wrapped by errors that are the user's to fix before anything
+// starts (exit code [ExitUsage]).
+var ErrUsage = errors.New("usage")
+
+// Run runs a job to its end and returns gorun's exit code. A non-nil error
+// means the job could not run or gorun itself failed; its message is for
+// the user, and the code still applies.
+func Run(ctx context.Context, o Options) (int, error) {
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	if o.Stdin == nil {
+		o.Stdin = os.Stdin
+	}
+	if o.Starter == nil {
+		o.Starter = &LocalStarter{Stderr: o.Stderr}
+	}
+	if len(o.Argv) == 0 && !o.DryRun && !o.DisplayMap {
+		return ExitUsage, fmt.Errorf("%w: no program to run (gorun [flags] PROGRAM [ARGS...])", ErrUsage)
+	}
+	if o.ImplicitHosts {
+		o.Plan.Oversubscribe = true
+	}
+	plan, err := NewPlan(o.Hosts, o.Plan)
+	if err != nil {
+		return ExitUsage, err
+	}
+	if _, local := o.Starter.(*LocalStarter); local {
+		for _, n := range plan.Nodes {
+			if !IsLocal(n.Host.Name) {
+				return ExitUsage, fmt.Errorf("%w: host %s is not this machine, and this gorun starts ranks on this machine only (no remote starter yet)", ErrUsage, n.Host.Name)
+			}
+		}
+	}
+	if o.ImplicitHosts && plan.Oversubscribed {
+		fmt.Fprintf(o.Stderr, "gorun: note: %d ranks on localhost's %d slots: running oversubscribed and unbound (give -H or --hostfile to make this an error)\n",
+			len(plan.Ranks), plan.Slots)
+	}
+	if o.DisplayMap || o.DryRun {
+		plan.Format(o.Stderr)
+		if o.DryRun {
+			return ExitOK, nil
+		}
+	}
+	if o.PrintEnv >= len(plan.Ranks) {
+		return ExitUsage, fmt.Errorf("%w: --print-env %d: the job has ranks 0-%d", ErrUsage, o.PrintEnv, len(plan.Ranks)-1)
+	}
+	if o.StdinRank >= len(plan.Ranks) {
+		return ExitUsage, fmt.Errorf("%w: --stdin %d: the job has ranks 0-%d", ErrUsage, o.StdinRank, len(plan.Ranks)-1)
+	}
+	exports, missing := env.Resolve(o.Exports, os.LookupEnv)
+	for _, name := range missing {
+		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
+	}
+	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), events: make(chan event, 256)}
+	return h.run(ctx)
+}
+
+func newJobID() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// event is what the head's loop reacts to.
+type event struct {
+	node   int
+	frame  control.Type
+	exited *control.Exited
+	start  *control.Started
+	done   *control.Done
+	env    *control.Env
+	msg    string // TypeError text
+	err    error  // the agent's channel failed or ended (frame 0)
+}
+
+type agentConn struct {
+	node   int
+	proc   AgentProcess
+	w      *control.Writer
+	r      *control.Reader
+	hello  control.Hello
+	maxRSS int64
+	gone   bool
+	acks   chan int
+}
+
+type head struct {
+	o       Options
+	plan    *Plan
+	exports []string
+	jobID   string
+	agents  []*agentConn
+	events  chan event
+	mux     *output.Mux
+
+	rec      []RankRecord
+	phases   Phases
+	start    time.Time
+	readers  sync.WaitGroup
+	firstErr *RankRecord // the first failure of the last generation
+}
+
+func (h *head) run(ctx context.Context) (int, error) {
+	h.start = time.Now()
+	o := h.o
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+
+	if err := h.startAgents(ctx); err != nil {
+		h.stopAgents()
+		return ExitLaunch, err
+	}
+	h.phases.AgentsUp = time.Since(h.start)
+	if o.PrintEnv >= 0 {
+		code, err := h.printEnv()
+		h.stopAgents()
+		return code, err
+	}
+	mux, err := output.New(output.Options{
+		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
+		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
+		Timestamp: o.Timestamp, Dir: o.OutputDir,
+	})
+	if err != nil {
+		h.stopAgents()
+		return ExitUsage, fmt.Errorf("%w: --output-filename: %w", ErrUsage, err)
+	}
+	h.mux = mux
+	for _, a := range h.agents {
+		h.readers.Add(1)
+		go h.read(a)
+	}
+	h.rec = make([]RankRecord, len(h.plan.Ranks))
+	for r, p := range h.plan.Ranks {
+		h.rec[r] = RankRecord{Rank: r, Host: h.plan.Nodes[p.Node].Host.Name, Code: -1}
+	}
+
+	var timeout <-chan time.Time
+	if o.Timeout > 0 {
+		t := time.NewTimer(o.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	res := result{}
+	for gen := 0; ; gen++ {
+		res = h.generation(gen, sigs, timeout)
+		if res.reason != reasonFailed || gen >= o.MaxRestarts {
+			break
+		}
+		f := h.firstErr
+		fmt.Fprintf(o.Stderr, "gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
+			f.Rank, f.Host, f.describe(), gen+1, o.MaxRestarts)
+		for i := range h.rec {
+			h.rec[i].Restarts = gen + 1
+		}
+	}
+	h.phases.AllExited = time.Since(h.start)
+	h.stopAgents()
+	h.mux.Close()
+	code := h.summarize(res)
+	return code, nil
+}
+
+type reason int
+
+const (
+	reasonSuccess reason = iota
+	reasonFailed
+	reasonTimeout
+	reasonSignal
+	reasonAgentLost
+)
+
+type result struct {
+	reason reason
+	signal syscall.Signal // reasonSignal: what gorun received
+	lost   string         // reasonAgentLost: which host, why
+}
+
+// generation runs one start of the whole job until every agent is done.
+func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time) result {
+	o := h.o
+	h.firstErr = nil
+	master := h.agents[0].hello.FreePort
+	masterAddr := "127.0.0.1"
+	pending := 0
+	for i, n := range h.plan.Nodes {
+		a := h.agents[i]
+		if a.gone {
+			continue
+		}
+		l := h.launchFor(gen, i, n, masterAddr, master)
+		if err := a.w.Send(control.TypeLaunch, l); err != nil {
+			return result{reason: reasonAgentLost, lost: fmt.Sprintf("agent on %s: %v", n.Host.Name, err)}
+		}
+		pending++
+	}
+	if gen == 0 && o.StdinRank >= 0 {
+		go h.pumpStdin(h.agents[h.plan.Ranks[o.StdinRank].Node], o.StdinRank)
+	}
+	res := result{reason: reasonSuccess}
+	stopping := false
+	interrupts := 0
+	started := 0
+	var escalate <-chan time.Time
+	stop := func(grace time.Duration) {
+		stopping = true
+		for _, a := range h.agents {
+			if !a.gone {
+				a.w.Send(control.TypeKill, control.Kill{Grace: grace})
+			}
+		}
+		// Agents escalate to SIGKILL themselves; this is the head's own
+		// bound in case an agent does not answer.
+		escalate = time.After(grace + 5*time.Second)
+	}
+	for pending > 0 {
+		select {
+		case e := <-h.events:
+			switch {
+			case e.err != nil:
+				a := h.agents[e.node]
+				if !a.gone {
+					a.gone = true
+					pending--
+					if res.reason == reasonSuccess || res.reason == reasonFailed && h.firstErr == nil {
+						res = result{reason: reasonAgentLost, lost: fmt.Sprintf("lost the agent on %s: %v", h.plan.Nodes[e.node].Host.Name, e.err)}
+					}
+					h.markLost(e.node, gen)
+					if !stopping {
+						stop(o.Grace)
+					}
+				}
+			case e.start != nil:
+				r := &h.rec[e.start.Rank]
+				r.PID, r.Start = e.start.PID, e.start.Time
+				started++
+				if started == len(h.plan.Ranks) && gen == 0 {
+					h.phases.RanksStarted = time.Since(h.start)
+				}
+			case e.exited != nil:
+				x := e.exited
+				if x.Generation != gen {
+					continue
+				}
+				r := &h.rec[x.Rank]
+				r.update(x)
+				if r.failed() && !x.Stopped && h.firstErr == nil && res.reason == reasonSuccess {
+					cp := *r
+					h.firstErr = &cp
+					res.reason = reasonFailed
+					if !stopping {
+						stop(o.Grace)
+					}
+				}
+			case e.done != nil:
+				if e.done.Generation == gen {
+					h.agents[e.node].maxRSS = e.done.MaxRSS
+					pending--
+				}
+			case e.msg != "":
+				fmt.Fprintf(o.Stderr, "gorun: agent on %s: %s\n", h.plan.Nodes[e.node].Host.Name, e.msg)
+			}
+		case s := <-sigs:
+			sig := s.(syscall.Signal)
+			if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
+				h.broadcast(control.TypeSignal, control.Signal{Signal: int(sig)})
+				continue
+			}
+			interrupts++
+			if res.reason == reasonSuccess {
+				res = result{reason: reasonSignal, signal: sig}
+			}
+			if interrupts == 1 {
+				fmt.Fprintf(o.Stderr, "gorun: got %s: forwarded to every rank (send it again to kill them)\n", sigName(sig))
+				h.broadcast(control.TypeSignal, control.Signal{Signal: int(sig)})
+			} else {
+				fmt.Fprintf(o.Stderr, "gorun: got %s again: killing every rank\n", sigName(sig))
+				stop(0)
+			}
+		case <-timeout:
+			timeout = nil
+			if res.reason == reasonSuccess {
+				res = result{reason: reasonTimeout}
+			}
+			fmt.Fprintf(o.Stderr, "gorun: --timeout %v expired: stopping the job\n", o.Timeout)
+			stop(o.Grace)
+		case <-escalate:
+			escalate = nil
+			for i, a := range h.agents {
+				if !a.gone {
+					fmt.Fprintf(o.Stderr, "gorun: agent on %s did not confirm its ranks ended; killing it\n", h.plan.Nodes[i].Host.Name)
+					a.proc.Kill()
+				}
+			}
+		}
+	}
+	return res
+}
+
+func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
+	l := control.Launch{
+		Generation: gen, JobID: h.jobID, Argv: h.o.Argv, Dir: cwd(),
+		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
+		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
+		Exports: h.exports,
+	}
+	for i, r := range n.Ranks {
+		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == 0})
+	}
+	return l
+}
+
+func cwd() string {
+	d, err := os.Getwd()
+	if err != nil {
+		return "/"
+	}
+	return d
+}
+
+func (h *head) broadcast(t control.Type, v any) {
+	for _, a := range h.agents {
+		if !a.gone {
+			a.w.Send(t, v)
+		}
+	}
+}
+
+// markLost records the ranks of a lost agent as ended.
+func (h *head) markLost(node, gen int) {
+	now := time.Now()
+	for _, r := range h.plan.Nodes[node].Ranks {
+		if h.rec[r].End.IsZero() || h.rec[r].Generation != gen {
+			h.rec[r].Generation, h.rec[r].End, h.rec[r].Err = gen, now, "its host's agent was lost"
+		}
+	}
+}
+
+// startAgents starts one agent per node in parallel and shakes hands.
+func (h *head) startAgents(ctx context.Context) error {
+	h.agents = make([]*agentConn, len(h.plan.Nodes))
+	errs := make([]error, len(h.plan.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range h.plan.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.agents[i], errs[i] = h.startAgent(ctx, i, n.Host)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*agentConn, error) {
+	p, err := h.o.Starter.StartAgent(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("start the agent on %s: %w", host.Name, err)
+	}
+	a := &agentConn{node: node, proc: p, w: control.NewWriter(p), r: control.NewReader(p), acks: make(chan int, stdinWindow+1)}
+	garbage, err := a.r.SkipPreamble()
+	if len(garbage) > 0 {
+		fmt.Fprintf(h.o.Stderr, "gorun: %s printed this before its agent started (shell start-up files?): %q\n", host.Name, clip(garbage, 200))
+	}
+	if err != nil {
+		p.Kill()
+		return a, fmt.Errorf("agent on %s did not start: %w", host.Name, err)
+	}
+	a.hello, err = control.Handshake(a.w, a.r, control.Hello{Version: h.o.Version})
+	if err != nil {
+		p.Kill()
+		return a, fmt.Errorf("agent on %s: %w", host.Name, err)
+	}
+	return a, nil
+}
+
+func clip(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// read turns an agent's frames into events; output goes to the mux here,
+// in order, before the rank's exit is reported.
+func (h *head) read(a *agentConn) {
+	defer h.readers.Done()
+	for {
+		f, err := a.r.Next()
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("its control channel closed")
+			}
+			h.events <- event{node: a.node, err: err}
+			return
+		}
+		ev := event{node: a.node, frame: f.Type}
+		switch f.Type {
+		case control.TypeOutput:
+			out, err := f.Output()
+			if err == nil {
+				err = h.mux.Write(out.Rank, output.Stream(out.Stream), out.Time, out.Data)
+			}
+			_ = err // gorun's own stdout failing (EPIPE) must not stop the job
+			continue
+		case control.TypeStdinAck:
+			select {
+			case a.acks <- 1:
+			default:
+			}
+			continue
+		case control.TypeStarted:
+			ev.start = new(control.Started)
+			err = f.Decode(ev.start)
+		case control.TypeExited:
+			ev.exited = new(control.Exited)
+			if err = f.Decode(ev.exited); err == nil {
+				h.mux.CloseRank(ev.exited.Rank)
+			}
+		case control.TypeDone:
+			ev.done = new(control.Done)
+			err = f.Decode(ev.done)
+		case control.TypeEnv:
+			ev.env = new(control.Env)
+			err = f.Decode(ev.env)
+		case control.TypeError:
+			var m control.Error
+			err = f.Decode(&m)
+			ev.msg = m.Msg
+		default:
+			err = fmt.Errorf("%w: unexpected %s frame", control.ErrProtocol, f.Type)
+		}
+		if err != nil {
+			h.events <- event{node: a.node, err: err}
+			return
+		}
+		h.events <- ev
+	}
+}
+
+// pumpStdin copies gorun's stdin to one rank, a window at a time.
+func (h *head) pumpStdin(a *agentConn, rank int) {
+	if f, ok := h.o.Stdin.(*os.File); ok && inBackground(f) {
+		a.w.SendStdin(control.Stdin{Rank: rank}) // reading would stop gorun (SIGTTIN)
+		return
+	}
+	buf := make([]byte, stdinChunk)
+	inflight := 0
+	for {
+		n, err := h.o.Stdin.Read(buf)
+		if n > 0 {
+			for inflight >= stdinWindow {
+				<-a.acks
+				inflight--
+			}
+			if a.w.SendStdin(control.Stdin{Rank: rank, Data: buf[:n]}) != nil {
+				return
+			}
+			inflight++
+		}
+		if err != nil {
+			a.w.SendStdin(control.Stdin{Rank: rank})
+			return
+		}
+	}
+}
+
+// inBackground reports whether f is a terminal that gorun's process group
+// does not own, where reading would stop gorun with SIGTTIN.
+func inBackground(f *os.File) bool {
+	fg, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	if err != nil {
+		return false // not a terminal
+	}
+	return fg != unix.Getpgrp()
+}
+
+// printEnv asks the agent of the rank's host for the rank's environment.
+func (h *head) printEnv() (int, error) {
+	r := h.o.PrintEnv
+	node := h.plan.Ranks[r].Node
+	a := h.agents[node]
+	l := h.launchFor(0, node, h.plan.Nodes[node], "127.0.0.1", h.agents[0].hello.FreePort)
+	l.PrintEnv = r + 1
+	if err := a.w.Send(control.TypeLaunch, l); err != nil {
+		return ExitLaunch, err
+	}
+	for {
+		f, err := a.r.Next()
+		if err != nil {
+			return ExitLaunch, fmt.Errorf("agent on %s: %w", h.plan.Nodes[node].Host.Name, err)
+		}
+		switch f.Type {
+		case control.TypeEnv:
+			var e control.Env
+			if err := f.Decode(&e); err != nil {
+				return ExitLaunch, err
+			}
+			sort.Strings(e.Env)
+			for _, kv := range e.Env {
+				fmt.Fprintln(h.o.Stdout, kv)
+			}
+			return ExitOK, nil
+		case control.TypeError:
+			var m control.Error
+			f.Decode(&m)
+			return ExitLaunch, fmt.Errorf("agent on %s: %s", h.plan.Nodes[node].Host.Name, m.Msg)
+		}
+	}
+}
+
+// stopAgents tells every agent to shut down and waits for it, bounded.
+func (h *head) stopAgents() {
+	var wg sync.WaitGroup
+	for _, a := range h.agents {
+		if a == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.w.Send(control.TypeShutdown, nil)
+			a.proc.Close()
+			t := time.AfterFunc(5*time.Second, func() { a.proc.Kill() })
+			defer t.Stop()
+			// Drain what is left so the agent never blocks writing.
+			if h.mux == nil {
+				io.Copy(io.Discard, a.proc)
+			}
+		}()
+	}
+	wg.Wait()
+	if h.mux != nil {
+		// read() ends on EOF from each agent after Shutdown.
+		done := make(chan struct{})
+		go func() { h.readers.Wait(); close(done) }()
+		for {
+			select {
+			case <-done:
+				for _, a := range h.agents {
+					a.proc.Wait()
+				}
+				return
+			case <-h.events:
+			}
+		}
+	}
+	for _, a := range h.agents {
+		if a != nil {
+			a.proc.Wait()
+		}
+	}
+}
+
+func sigName(s syscall.Signal) string {
+	n := unix.SignalName(s)
+	if n == "" {
+		return fmt.Sprintf("signal %d", int(s))
+	}
+	return n
+}
+
+func describeSignal(sig int) string {
+	return fmt.Sprintf("%s (signal %d)", sigName(syscall.Signal(sig)), sig)
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}

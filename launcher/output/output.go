@@ -1,0 +1,623 @@
+package output
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Stream identifies one output stream of a rank.
+type Stream uint8
+
+const (
+	// Stdout is a rank's standard output.
+	Stdout Stream = 1
+	// Stderr is a rank's standard error.
+	Stderr Stream = 2
+)
+
+// String returns "stdout", "stderr" or "stream(N)".
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return "stream(" + strconv.Itoa(int(s)) + ")"
+}
+
+// TimestampLayout is the time format of the per-line timestamp prefix; the
+// time is converted to UTC and followed by a space.
+const TimestampLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// DefaultFlushDelay is the FlushDelay used when Options.FlushDelay is 0.
+const DefaultFlushDelay = 100 * time.Millisecond
+
+// MaxPartial is the largest partial line (bytes without a newline) kept per
+// rank and stream; a longer one is written out at once.
+const MaxPartial = 64 << 10
+
+// batchMax bounds the per-output batch buffer; larger data is written directly.
+const batchMax = 64 << 10
+
+// ErrClosed is returned by Write and CloseRank after Close.
+var ErrClosed = errors.New("output: mux closed")
+
+// Options configures a Mux.
+type Options struct {
+	// Stdout and Stderr are gorun's own outputs; nil means os.Stdout and
+	// os.Stderr. They are not used in directory mode. If both are the same
+	// (comparable) writer, line state is shared between the two streams.
+	Stdout, Stderr io.Writer
+	// Tag prefixes every line with "[rank] ".
+	Tag bool
+	// TagHost prefixes every line with "[host:rank] " instead; it implies Tag.
+	// Without a Host function the prefix is "[rank] ".
+	TagHost bool
+	// Host returns the host name of a rank, for tags. It is called once per
+	// (rank, stream) with the Mux's lock held, so it must be cheap and must
+	// not call the Mux. Nil means no host.
+	Host func(rank int) string
+	// Timestamp prefixes every line, before the tag, with the time the rank
+	// wrote its first byte (the t passed to Write) in TimestampLayout, UTC,
+	// followed by a space.
+	Timestamp bool
+	// Dir, if set, sends rank r's streams to Dir/rank.<r>/stdout and
+	// Dir/rank.<r>/stderr instead of gorun's outputs. Files (mode 0644) and
+	// directories (0755) are created as needed, opened on the first write and
+	// appended to. Bytes are written straight through, without tags or line
+	// buffering; with Timestamp each line in a file is still prefixed (a
+	// file that ends mid-line is continued without a prefix).
+	Dir string
+	// FlushDelay is how long a partial line waits for its newline before it
+	// is written anyway; 0 (or negative) means DefaultFlushDelay.
+	FlushDelay time.Duration
+}
+
+// key identifies one (rank, stream).
+type key struct {
+	rank int
+	s    Stream
+}
+
+// outState is one of gorun's outputs with its line state.
+type outState struct {
+	w        io.Writer
+	buf      []byte // batch of bytes to write in one call
+	midLine  bool   // prefixed mode: cursor is inside a line owned by owner
+	owner    key
+	err      error // first write error; later writes are discarded
+	reported bool  // err has been returned to a caller
+}
+
+// rankState is the state of one (rank, stream).
+type rankState struct {
+	k        key
+	out      *outState
+	tag      []byte    // "[host:rank] " or "[rank] " or nil
+	pend     []byte    // pending partial line, not yet written
+	pendT    time.Time // time of the first pending byte
+	deadline time.Time // when pend must be flushed
+	dirty    bool      // in Mux.dirty
+	fresh    bool      // pend became non-empty in this Write: set deadline
+
+	// Directory mode.
+	f           *os.File
+	ferr        error
+	freported   bool
+	atLineStart bool
+}
+
+// Mux multiplexes the output streams of many ranks. All methods are safe for
+// concurrent use.
+type Mux struct {
+	o        Options
+	delay    time.Duration
+	prefixed bool // Tag or Timestamp on gorun's outputs
+
+	mu     sync.Mutex
+	outs   [3]*outState // indexed by Stream
+	ranks  map[key]*rankState
+	dirty  map[*rankState]struct{}
+	armed  bool // the flusher has (or will have) a timer for the earliest deadline
+	closed bool
+	tsT    time.Time // cache for the last formatted timestamp
+	tsB    []byte
+	fbuf   []byte // directory mode batch buffer
+
+	wake    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+}
+
+// New returns a Mux for o. In directory mode it creates o.Dir. Otherwise it
+// starts the flusher goroutine, which Close stops.
+func New(o Options) (*Mux, error) {
+	m := &Mux{
+		o:        o,
+		delay:    o.FlushDelay,
+		prefixed: o.Tag || o.TagHost || o.Timestamp,
+		ranks:    make(map[key]*rankState),
+		dirty:    make(map[*rankState]struct{}),
+	}
+	if m.delay <= 0 {
+		m.delay = DefaultFlushDelay
+	}
+	if o.Dir != "" {
+		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("output: %w", err)
+		}
+		return m, nil
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+	m.outs[Stdout] = &outState{w: o.Stdout}
+	if sameWriter(o.Stdout, o.Stderr) {
+		m.outs[Stderr] = m.outs[Stdout]
+	} else {
+		m.outs[Stderr] = &outState{w: o.Stderr}
+	}
+	m.wake = make(chan struct{}, 1)
+	m.done = make(chan struct{})
+	m.stopped = make(chan struct{})
+	go m.flusher()
+	return m, nil
+}
+
+// sameWriter reports whether a and b are the same writer, without panicking
+// on non-comparable dynamic types.
+func sameWriter(a, b io.Writer) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
+}
+
+// Write delivers chunk p of rank's stream s, written by the rank at time t.
+// p is not retained (what is kept is copied). It returns the first error of
+// the output that s goes to (gorun's output or the rank's file) once; after
+// such an error data for that output is accepted and discarded.
+func (m *Mux) Write(rank int, s Stream, t time.Time, p []byte) error {
+	if s != Stdout && s != Stderr {
+		return fmt.Errorf("output: invalid stream %d", s)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	st := m.state(rank, s)
+	if m.o.Dir != "" {
+		m.writeFile(st, t, p)
+		return st.report()
+	}
+	if len(p) > 0 {
+		if m.prefixed {
+			m.writePrefixed(st, t, p)
+		} else {
+			m.writeRaw(st, p)
+		}
+		st.out.flush()
+		if len(st.pend) == 0 {
+			st.fresh = false
+			m.clean(st)
+		} else if st.fresh {
+			// A new partial line started: its own delay starts now.
+			st.fresh = false
+			st.deadline = time.Now().Add(m.delay)
+			if !st.dirty {
+				st.dirty = true
+				m.dirty[st] = struct{}{}
+			}
+			if !m.armed {
+				// Deadlines only grow, so an armed flusher already has
+				// an earlier one; otherwise wake it up.
+				m.armed = true
+				select {
+				case m.wake <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	return st.out.report()
+}
+
+// state returns the state of (rank, s), creating it.
+func (m *Mux) state(rank int, s Stream) *rankState {
+	k := key{rank, s}
+	st := m.ranks[k]
+	if st != nil {
+		return st
+	}
+	st = &rankState{k: k, out: m.outs[s], atLineStart: true}
+	if m.o.Tag || m.o.TagHost {
+		host := ""
+		if m.o.TagHost && m.o.Host != nil {
+			host = m.o.Host(rank)
+		}
+		b := []byte{'['}
+		if host != "" {
+			b = append(b, host...)
+			b = append(b, ':')
+		}
+		b = strconv.AppendInt(b, int64(rank), 10)
+		st.tag = append(b, ']', ' ')
+	}
+	m.ranks[k] = st
+	return st
+}
+
+// clean removes st from the flusher's set.
+func (m *Mux) clean(st *rankState) {
+	if st.dirty {
+		st.dirty = false
+		delete(m.dirty, st)
+	}
+}
+
+// writeRaw handles a chunk in pass-through mode: everything up to and
+// including the last newline is written at once with the pending prefix; the
+// rest becomes pending unless that would exceed MaxPartial.
+func (m *Mux) writeRaw(st *rankState, p []byte) {
+	out := st.out
+	cut := bytes.LastIndexByte(p, '\n') + 1
+	if len(st.pend)+len(p)-cut > MaxPartial {
+		cut = len(p)
+	}
+	if cut > 0 {
+		if len(st.pend) == 0 && len(out.buf) == 0 {
+			out.write(p[:cut]) // fast path: no copy
+		} else {
+			out.put(st.pend)
+			out.put(p[:cut])
+			st.pend = st.pend[:0]
+		}
+	}
+	if len(st.pend) == 0 && cut < len(p) {
+		st.fresh = true
+	}
+	st.pend = append(st.pend, p[cut:]...)
+}
+
+// writePrefixed handles a chunk in tagged or timestamped mode.
+func (m *Mux) writePrefixed(st *rankState, t time.Time, p []byte) {
+	out := st.out
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
+		}
+		m.lineStart(st, t)
+		if len(st.pend) > 0 {
+			out.put(st.pend)
+			st.pend = st.pend[:0]
+		}
+		out.put(p[:i+1])
+		out.midLine = false
+		p = p[i+1:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	if len(st.pend) == 0 {
+		st.pendT = t
+		st.fresh = true
+	}
+	if len(st.pend)+len(p) <= MaxPartial {
+		st.pend = append(st.pend, p...)
+		return
+	}
+	m.lineStart(st, t)
+	out.put(st.pend)
+	out.put(p)
+	st.pend = st.pend[:0]
+	out.midLine, out.owner = true, st.k
+}
+
+// lineStart prepares st's output for bytes of st: nothing if st owns the
+// current partial output line; otherwise it ends another rank's partial line
+// and writes st's prefix. The prefix time is that of the first pending byte,
+// or t.
+func (m *Mux) lineStart(st *rankState, t time.Time) {
+	out := st.out
+	if out.midLine {
+		if out.owner == st.k {
+			return
+		}
+		out.put([]byte{'\n'})
+		out.midLine = false
+	}
+	if out.err != nil {
+		return
+	}
+	if m.o.Timestamp {
+		if len(st.pend) > 0 {
+			t = st.pendT
+		}
+		out.buf = append(out.buf, m.timestamp(t)...)
+	}
+	out.buf = append(out.buf, st.tag...)
+}
+
+// timestamp returns the formatted prefix for t (cached for repeated times).
+func (m *Mux) timestamp(t time.Time) []byte {
+	if len(m.tsB) == 0 || !t.Equal(m.tsT) {
+		m.tsT = t
+		m.tsB = append(t.UTC().AppendFormat(m.tsB[:0], TimestampLayout), ' ')
+	}
+	return m.tsB
+}
+
+// flushPartial writes st's pending partial line. If final, a partial output
+// line owned by st is ended with a newline (prefixed mode only).
+func (m *Mux) flushPartial(st *rankState, final bool) {
+	out := st.out
+	if len(st.pend) > 0 {
+		if m.prefixed {
+			m.lineStart(st, st.pendT)
+			out.midLine, out.owner = true, st.k
+		}
+		out.put(st.pend)
+		st.pend = st.pend[:0]
+	}
+	if final && m.prefixed && out.midLine && out.owner == st.k {
+		out.put([]byte{'\n'})
+		out.midLine = false
+	}
+	m.clean(st)
+}
+
+// flusher writes partial lines whose FlushDelay has passed.
+func (m *Mux) flusher() {
+	defer close(m.stopped)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-m.done:
+			return
+		case <-m.wake:
+		case <-timer.C:
+		}
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
+		now := time.Now()
+		var next time.Time
+		for st := range m.dirty {
+			if !st.deadline.After(now) {
+				m.flushPartial(st, false)
+				st.out.flush()
+			} else if next.IsZero() || st.deadline.Before(next) {
+				next = st.deadline
+			}
+		}
+		m.armed = !next.IsZero()
+		m.mu.Unlock()
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+		}
+	}
+}
+
+// CloseRank records that rank has exited: its partial lines are written now
+// (ended with a newline only in tagged or timestamped mode) and its files, in
+// directory mode, are closed. Data written for rank afterwards starts afresh.
+func (m *Mux) CloseRank(rank int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	var errs []error
+	for _, s := range []Stream{Stdout, Stderr} {
+		st := m.ranks[key{rank, s}]
+		if st == nil {
+			continue
+		}
+		errs = append(errs, m.closeState(st))
+	}
+	return errors.Join(errs...)
+}
+
+// closeState flushes or closes st and forgets it.
+func (m *Mux) closeState(st *rankState) error {
+	delete(m.ranks, st.k)
+	if m.o.Dir != "" {
+		if st.f != nil {
+			if err := st.f.Close(); err != nil && st.ferr == nil {
+				st.ferr = err
+			}
+			st.f = nil
+		}
+		return st.report()
+	}
+	m.flushPartial(st, true)
+	st.out.flush()
+	return st.out.report()
+}
+
+// Close writes out everything pending (partial lines are ended with a
+// newline in tagged or timestamped mode), stops the flusher and closes all
+// files. It returns errors not yet returned by Write or CloseRank. It does not
+// close Options.Stdout or Options.Stderr. Later calls return nil.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	states := make([]*rankState, 0, len(m.ranks))
+	for _, st := range m.ranks {
+		states = append(states, st)
+	}
+	slices.SortFunc(states, func(a, b *rankState) int {
+		if c := cmp.Compare(a.k.rank, b.k.rank); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.k.s, b.k.s)
+	})
+	var errs []error
+	for _, st := range states {
+		errs = append(errs, m.closeState(st))
+	}
+	for _, out := range m.outs[1:] {
+		if out != nil {
+			out.flush()
+			errs = append(errs, out.report())
+		}
+	}
+	m.mu.Unlock()
+	if m.done != nil {
+		close(m.done)
+		<-m.stopped
+	}
+	return errors.Join(errs...)
+}
+
+// writeFile writes p to st's file in directory mode.
+func (m *Mux) writeFile(st *rankState, t time.Time, p []byte) {
+	if st.ferr != nil || len(p) == 0 {
+		return
+	}
+	if st.f == nil {
+		dir := filepath.Join(m.o.Dir, "rank."+strconv.Itoa(st.k.rank))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			st.ferr = fmt.Errorf("output: %w", err)
+			return
+		}
+		flag := os.O_WRONLY
+		if m.o.Timestamp {
+			flag = os.O_RDWR // to read the last byte
+		}
+		f, err := os.OpenFile(filepath.Join(dir, st.k.s.String()), flag|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			st.ferr = fmt.Errorf("output: %w", err)
+			return
+		}
+		st.f = f
+		if m.o.Timestamp {
+			// Continue a line left unfinished by an earlier writer
+			// without a prefix in its middle.
+			var last [1]byte
+			if fi, err := f.Stat(); err == nil && fi.Size() > 0 {
+				if _, err := f.ReadAt(last[:], fi.Size()-1); err == nil {
+					st.atLineStart = last[0] == '\n'
+				}
+			}
+		}
+	}
+	if !m.o.Timestamp {
+		st.fileWrite(p)
+		return
+	}
+	b := m.fbuf[:0]
+	for len(p) > 0 && st.ferr == nil {
+		if st.atLineStart {
+			b = append(b, m.timestamp(t)...)
+		}
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			b = append(b, p...)
+			st.atLineStart = false
+			break
+		}
+		b = append(b, p[:i+1]...)
+		st.atLineStart = true
+		p = p[i+1:]
+		if len(b) >= batchMax {
+			st.fileWrite(b)
+			b = b[:0]
+		}
+	}
+	if len(b) > 0 {
+		st.fileWrite(b)
+	}
+	if cap(b) <= 4*batchMax {
+		m.fbuf = b[:0]
+	}
+}
+
+// fileWrite writes b to st's file, recording the first error.
+func (st *rankState) fileWrite(b []byte) {
+	if st.ferr != nil {
+		return
+	}
+	if _, err := st.f.Write(b); err != nil {
+		st.ferr = fmt.Errorf("output: %w", err)
+	}
+}
+
+// report returns st's file error once.
+func (st *rankState) report() error {
+	if st.ferr != nil && !st.freported {
+		st.freported = true
+		return st.ferr
+	}
+	return nil
+}
+
+// put appends b to the output's batch, writing the batch first if b would
+// make it too large, and writing a large b directly.
+func (o *outState) put(b []byte) {
+	if o.err != nil || len(b) == 0 {
+		return
+	}
+	if len(o.buf)+len(b) > batchMax {
+		o.flush()
+		if len(b) > batchMax {
+			o.write(b)
+			return
+		}
+	}
+	o.buf = append(o.buf, b...)
+}
+
+// flush writes the output's batch.
+func (o *outState) flush() {
+	if len(o.buf) > 0 {
+		o.write(o.buf)
+		o.buf = o.buf[:0]
+	}
+}
+
+// write writes b, recording the first error; after it, data is discarded.
+func (o *outState) write(b []byte) {
+	if o.err != nil {
+		return
+	}
+	n, err := o.w.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		o.err = err
+		o.buf = nil
+	}
+}
+
+// report returns the output's error once.
+func (o *outState) report() error {
+	if o.err != nil && !o.reported {
+		o.reported = true
+		return o.err
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gorun/gorun/hostfile"
+)
+
+// ErrPlan is wrapped by every error about a plan that cannot be met.
+var ErrPlan = errors.New("plan")
+
+// MapBy is a mapping policy: "slot" fills each host's slots in host order,
+// "node" deals ranks round-robin over the hosts, "ppr" places PerNode ranks
+// on every host.
+type MapBy struct {
+	Policy  string // "slot", "node" or "ppr"
+	PerNode int    // ranks per node for "ppr"
+}
+
+func (m MapBy) String() string {
+	if m.Policy == "ppr" {
+		return fmt.Sprintf("ppr:%d:node", m.PerNode)
+	}
+	return m.Policy
+}
+
+// ParseMapBy parses a --map-by value: slot, node or ppr:N:node.
+func ParseMapBy(s string) (MapBy, error) {
+	switch s {
+	case "", "slot":
+		return MapBy{Policy: "slot"}, nil
+	case "node":
+		return MapBy{Policy: "node"}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "ppr:"); ok {
+		n, obj, _ := strings.Cut(rest, ":")
+		k, err := strconv.Atoi(n)
+		if err != nil || k < 1 {
+			return MapBy{}, fmt.Errorf("%w: --map-by %q: %q is not a positive count", ErrPlan, s, n)
+		}
+		if obj != "node" {
+			return MapBy{}, fmt.Errorf("%w: --map-by %q: only ppr:N:node is supported", ErrPlan, s)
+		}
+		return MapBy{Policy: "ppr", PerNode: k}, nil
+	}
+	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node or ppr:N:node", ErrPlan, s)
+}
+
+// PlanOptions says how to map ranks.
+type PlanOptions struct {
+	NP            int    // ranks; 0 = every slot (or PerNode x hosts)
+	MapBy         MapBy  // the policy; zero value = slot
+	NPerNode      int    // -N: shorthand for ppr:N:node
+	Oversubscribe bool   // allow more ranks than slots (max_slots still caps)
+	Source        string // where the hosts came from, for messages ("--hostfile hosts", "-H")
+}
+
+// Placement is where one rank runs.
+type Placement struct {
+	Rank      int
+	Node      int // index into Plan.Nodes (the node rank)
+	LocalRank int
+}
+
+// Node is a host that runs ranks, in node-rank order.
+type Node struct {
+	Host  hostfile.Host
+	Ranks []int // global ranks on this host, ascending; Ranks[i] has local rank i
+}
+
+// Plan is the mapping of every rank to a host. It is pure data: printing it
+// is --display-map, and nothing starts before it exists.
+type Plan struct {
+	MapBy          MapBy
+	Ranks          []Placement // indexed by rank
+	Nodes          []Node
+	Slots          int  // slots offered by all hosts
+	Oversubscribed bool // more ranks than slots on some host
+}
+
+// NewPlan maps ranks to hosts, or says why it cannot.
+func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
+	if len(hosts) == 0 {
+		return nil, fmt.Errorf("%w: no hosts", ErrPlan)
+	}
+	m := o.MapBy
+	if m.Policy == "" {
+		m.Policy = "slot"
+	}
+	if o.NPerNode > 0 {
+		if m.Policy == "ppr" && m.PerNode != o.NPerNode {
+			return nil, fmt.Errorf("%w: -N %d disagrees with --map-by %s", ErrPlan, o.NPerNode, m)
+		}
+		m = MapBy{Policy: "ppr", PerNode: o.NPerNode}
+	}
+	slots := hostfile.Total(hosts)
+	np := o.NP
+	if np < 0 {
+		return nil, fmt.Errorf("%w: -np %d is negative", ErrPlan, np)
+	}
+	src := o.Source
+	if src == "" {
+		src = "the host list"
+	}
+	counts := make([]int, len(hosts))
+	switch m.Policy {
+	case "ppr":
+		max := m.PerNode * len(hosts)
+		if np == 0 {
+			np = max
+		}
+		if np > max {
+			return nil, fmt.Errorf("%w: -np %d is more than %s places on %d hosts (%d); lower -np or raise the count per node",
+				ErrPlan, np, m, len(hosts), max)
+		}
+		for i := range hosts {
+			counts[i] = min(m.PerNode, np-i*m.PerNode)
+			if counts[i] < 0 {
+				counts[i] = 0
+			}
+		}
+	case "slot", "node":
+		if np == 0 {
+			np = slots
+		}
+		if np > slots && !o.Oversubscribe {
+			return nil, fmt.Errorf("%w: -np %d is more than the %d slots of %s (%s); lower -np to %d, give the hosts more slots (e.g. \"%s slots=%d\" in a hostfile, or -H %s:%d), or pass --oversubscribe",
+				ErrPlan, np, slots, src, describeSlots(hosts), slots, hosts[0].Name, hosts[0].Slots+np-slots, hosts[0].Name, hosts[0].Slots+np-slots)
+		}
+	default:
+		return nil, fmt.Errorf("%w: unknown mapping policy %q", ErrPlan, m.Policy)
+	}
+	if np == 0 {
+		return nil, fmt.Errorf("%w: no ranks to run", ErrPlan)
+	}
+	order := make([]int, 0, np) // host index of each rank, in rank order
+	switch m.Policy {
+	case "ppr":
+		for i, c := range counts {
+			for range c {
+				order = append(order, i)
+			}
+		}
+	case "slot":
+		for i, h := range hosts {
+			for range min(h.Slots, np-len(order)) {
+				order = append(order, i)
+				counts[i]++
+			}
+		}
+	case "node":
+		for len(order) < np {
+			placed := false
+			for i, h := range hosts {
+				if len(order) < np && counts[i] < h.Slots {
+					order = append(order, i)
+					counts[i]++
+					placed = true
+				}
+			}
+			if !placed {
+				break
+			}
+		}
+	}
+	// Oversubscribed ranks go round-robin to hosts with room under max_slots.
+	for len(order) < np {
+		placed := false
+		for i, h := range hosts {
+			if len(order) < np && (h.MaxSlots == 0 || counts[i] < h.MaxSlots) {
+				order = append(order, i)
+				counts[i]++
+				placed = true
+			}
+		}
+		if !placed {
+			return nil, fmt.Errorf("%w: -np %d does not fit under the max_slots of %s (%s)", ErrPlan, np, src, describeSlots(hosts))
+		}
+	}
+	for i, h := range hosts {
+		if h.MaxSlots > 0 && counts[i] > h.MaxSlots {
+			return nil, fmt.Errorf("%w: %d ranks on %s is more than its max_slots=%d", ErrPlan, counts[i], h.Name, h.MaxSlots)
+		}
+	}
+	p := &Plan{MapBy: m, Slots: slots, Ranks: make([]Placement, np)}
+	nodeOf := make([]int, len(hosts))
+	for i := range nodeOf {
+		nodeOf[i] = -1
+	}
+	// Node ranks follow host order, so that rank 0's host is node 0.
+	for i, h := range hosts {
+		if counts[i] > 0 {
+			nodeOf[i] = len(p.Nodes)
+			p.Nodes = append(p.Nodes, Node{Host: h})
+			if counts[i] > h.Slots {
+				p.Oversubscribed = true
+			}
+		}
+	}
+	for r, hi := range order {
+		n := &p.Nodes[nodeOf[hi]]
+		p.Ranks[r] = Placement{Rank: r, Node: nodeOf[hi], LocalRank: len(n.Ranks)}
+		n.Ranks = append(n.Ranks, r)
+	}
+	return p, nil
+}
+
+func describeSlots(hosts []hostfile.Host) string {
+	var b strings.Builder
+	for i, h := range hosts {
+		if i == 4 && len(hosts) > 5 {
+			fmt.Fprintf(&b, ", ... %d more", len(hosts)-4)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s:%d", h.Name, h.Slots)
+	}
+	return b.String()
+}
+
+// Format prints the plan for --display-map.
+func (p *Plan) Format(w io.Writer) error {
+	fmt.Fprintf(w, "gorun: plan: %d ranks on %d hosts (%d slots), map-by %s", len(p.Ranks), len(p.Nodes), p.Slots, p.MapBy)
+	if p.Oversubscribed {
+		fmt.Fprint(w, ", oversubscribed")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  node\thost\tslots\tranks")
+	for i, n := range p.Nodes {
+		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\n", i, n.Host.Name, n.Host.Slots, Ranges(n.Ranks))
+	}
+	return tw.Flush()
+}
+
+// Ranges formats ascending ints compactly: 0-3,8,10-11.
+func Ranges(v []int) string {
+	var b strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j+1 < len(v) && v[j+1] == v[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(v[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(v[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}

@@ -1,0 +1,169 @@
+package launcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/launcher/control"
+)
+
+// RankRecord is what the head knows about one rank at the end of a job.
+type RankRecord struct {
+	Rank       int       `json:"rank"`
+	Host       string    `json:"host"`
+	PID        int       `json:"pid"`
+	Start      time.Time `json:"start"`
+	End        time.Time `json:"end"`
+	Code       int       `json:"exit_code"`        // -1 when killed by a signal or never ended
+	Signal     string    `json:"signal,omitempty"` // e.g. "SIGKILL"
+	SignalNum  int       `json:"signal_number,omitempty"`
+	Restarts   int       `json:"restarts"`
+	Generation int       `json:"-"`
+	Stopped    bool      `json:"stopped_by_gorun,omitempty"`
+	Err        string    `json:"error,omitempty"`
+	StderrTail string    `json:"stderr_tail,omitempty"`
+	MaxRSS     int64     `json:"max_rss_kb,omitempty"`
+	OOMKills   int       `json:"oom_kills,omitempty"`
+}
+
+func (r *RankRecord) update(x *control.Exited) {
+	r.Generation, r.End, r.Code, r.SignalNum, r.Signal = x.Generation, x.End, x.Code, x.Signal, ""
+	if x.Signal != 0 {
+		r.Signal = sigName(unixSignal(x.Signal))
+	}
+	if x.PID != 0 {
+		r.PID, r.Start = x.PID, x.Start
+	}
+	r.Stopped, r.Err, r.StderrTail, r.MaxRSS, r.OOMKills = x.Stopped, x.Err, x.StderrTail, x.MaxRSS, x.OOMKills
+}
+
+func unixSignal(n int) unix.Signal { return unix.Signal(n) }
+
+func (r *RankRecord) failed() bool { return r.Code != 0 || r.SignalNum != 0 || r.Err != "" }
+
+// exitCode is the code gorun exits with when this rank is the first failure.
+func (r *RankRecord) exitCode() int {
+	switch {
+	case r.SignalNum != 0:
+		return exitSignalStart + r.SignalNum
+	case r.Code > 0:
+		return r.Code
+	}
+	return ExitLaunch
+}
+
+// describe says how the rank ended, in words.
+func (r *RankRecord) describe() string {
+	switch {
+	case r.Err != "" && r.PID == 0:
+		return "could not start: " + r.Err
+	case r.Err != "":
+		return r.Err
+	case r.SignalNum != 0:
+		return fmt.Sprintf("(pid %d) was killed by %s", r.PID, describeSignal(r.SignalNum))
+	}
+	return fmt.Sprintf("(pid %d) exited with code %d", r.PID, r.Code)
+}
+
+// Phases are the job's milestones, measured from gorun's start.
+type Phases struct {
+	AgentsUp     time.Duration `json:"agents_up_ns"`
+	RanksStarted time.Duration `json:"ranks_started_ns"`
+	AllExited    time.Duration `json:"all_exited_ns"`
+}
+
+// Summary is the record --summary-json writes.
+type Summary struct {
+	JobID        string        `json:"job_id"`
+	Argv         []string      `json:"argv"`
+	NP           int           `json:"np"`
+	Hosts        []string      `json:"hosts"`
+	ExitCode     int           `json:"exit_code"`
+	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost
+	Message      string        `json:"message,omitempty"`
+	FirstFailure *RankRecord   `json:"first_failure,omitempty"`
+	Restarts     int           `json:"restarts"`
+	Ranks        []RankRecord  `json:"ranks"`
+	Phases       Phases        `json:"phases"`
+	HeadMaxRSS   int64         `json:"head_max_rss_kb"`
+	Agents       []AgentRecord `json:"agents"`
+}
+
+// AgentRecord is one agent's figures.
+type AgentRecord struct {
+	Host   string `json:"host"`
+	PID    int    `json:"pid"`
+	MaxRSS int64  `json:"max_rss_kb"`
+}
+
+// summarize prints the summary of a job that did not succeed, writes
+// --summary-json, and returns the exit code.
+func (h *head) summarize(res result) int {
+	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases}
+	for _, n := range h.plan.Nodes {
+		s.Hosts = append(s.Hosts, n.Host.Name)
+	}
+	if len(h.rec) > 0 {
+		s.Restarts = h.rec[0].Restarts
+	}
+	w := h.o.Stderr
+	stopped := 0
+	for _, r := range h.rec {
+		if r.Stopped {
+			stopped++
+		}
+	}
+	switch res.reason {
+	case reasonSuccess:
+		s.Reason, s.ExitCode = "success", ExitOK
+	case reasonFailed:
+		f := h.firstErr
+		s.Reason, s.ExitCode, s.FirstFailure = "rank-failed", f.exitCode(), f
+		if f.Err != "" && f.PID == 0 {
+			s.ExitCode = f.Code
+		}
+		s.Message = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, f.describe())
+		fmt.Fprintf(w, "gorun: job %s failed: %s (the first failure, %.2fs after start)\n", h.jobID, s.Message, f.End.Sub(h.start).Seconds())
+		if f.SignalNum == int(unix.SIGKILL) && !f.Stopped {
+			if f.OOMKills > 0 {
+				fmt.Fprintf(w, "gorun: the kernel's OOM killer killed %d process(es) while rank %d ran: it most likely ran out of memory\n", f.OOMKills, f.Rank)
+			} else {
+				fmt.Fprintf(w, "gorun: hint: gorun did not send that SIGKILL; the kernel's OOM killer sends it (see dmesg or journalctl -k), as do cgroup limits and users\n")
+			}
+		}
+		if f.StderrTail != "" {
+			fmt.Fprintf(w, "gorun: last lines of rank %d's stderr:\n%s\n", f.Rank, indent(f.StderrTail, "    | "))
+		}
+		if stopped > 0 {
+			fmt.Fprintf(w, "gorun: %d other rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
+		}
+	case reasonTimeout:
+		s.Reason, s.ExitCode = "timeout", ExitTimeout
+		s.Message = fmt.Sprintf("--timeout %v expired; %d rank(s) were stopped", h.o.Timeout, stopped)
+		fmt.Fprintf(w, "gorun: job %s timed out: %s\n", h.jobID, s.Message)
+	case reasonSignal:
+		s.Reason, s.ExitCode = "signal", exitSignalStart+int(res.signal)
+		s.Message = fmt.Sprintf("gorun got %s and forwarded it to every rank", sigName(res.signal))
+		fmt.Fprintf(w, "gorun: job %s ended: %s\n", h.jobID, s.Message)
+	case reasonAgentLost:
+		s.Reason, s.ExitCode, s.Message = "agent-lost", ExitLaunch, res.lost
+		fmt.Fprintf(w, "gorun: job %s failed: %s\n", h.jobID, res.lost)
+	}
+	var ru unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru)
+	s.HeadMaxRSS = ru.Maxrss
+	for i, a := range h.agents {
+		s.Agents = append(s.Agents, AgentRecord{Host: h.plan.Nodes[i].Host.Name, PID: a.hello.PID, MaxRSS: a.maxRSS})
+	}
+	if h.o.SummaryJSON != "" {
+		b, _ := json.MarshalIndent(s, "", "  ")
+		if err := os.WriteFile(h.o.SummaryJSON, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(w, "gorun: --summary-json: %v\n", err)
+		}
+	}
+	return s.ExitCode
+}
