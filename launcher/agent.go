@@ -508,11 +508,19 @@ func (a *agent) shutdown(grace time.Duration) error {
 func killOrphans(limit time.Duration) {
 	self := os.Getpid()
 	deadline := time.Now().Add(limit)
+	quiet := 0
 	for {
 		kids := children(self)
 		if len(kids) == 0 {
-			return
+			// A process that was forking while its group was killed may
+			// still arrive here: look twice more before calling it done.
+			if quiet++; quiet >= 3 || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
+		quiet = 0
 		for _, pid := range kids {
 			unix.Kill(pid, unix.SIGKILL)
 		}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPrintEnv(t *testing.T) {
+	t.Parallel()
+	r := runGorunIn(t, "", []string{"GORUN_TEST_FROM_HEAD=yes"}, 30*time.Second, nil,
+		"--print-env", "3", "-np", "4", "-x", "FOO=bar", "-x", "GORUN_TEST_FROM_HEAD", "./does-not-matter")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	env := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		k, v, _ := strings.Cut(l, "=")
+		env[k] = v
+	}
+	for k, v := range map[string]string{"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4",
+		"NODE_RANK": "0", "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "OMPI_COMM_WORLD_RANK": "3",
+		"TORCHELASTIC_RESTART_COUNT": "0", "FOO": "bar", "GORUN_TEST_FROM_HEAD": "yes", "GORUN_RANK": "3"} {
+		if env[k] != v {
+			t.Errorf("%s=%q, want %q", k, env[k], v)
+		}
+	}
+	if p := env["MASTER_PORT"]; p == "" || p == "29500" {
+		t.Errorf("MASTER_PORT=%q: want a port gorun chose", p)
+	}
+	if env["GORUN_JOB_ID"] == "" {
+		t.Error("no GORUN_JOB_ID")
+	}
+}
+
+// The environment --print-env shows is the one the rank gets.
+func TestPrintEnvMatchesRank(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, 30*time.Second, nil, "-np", "2", "-x", "A=1", "sh", "-c", `if [ "$RANK" = 1 ]; then env | sort; fi`)
+	p := runGorun(t, 30*time.Second, nil, "--print-env", "1", "-np", "2", "-x", "A=1", "sh")
+	skip := func(l string) bool {
+		// Values that differ per run (job id, port) or per process.
+		for _, pre := range []string{"GORUN_JOB_ID=", "TORCHELASTIC_RUN_ID=", "MASTER_PORT=", "PWD=", "SHLVL=", "_="} {
+			if strings.HasPrefix(l, pre) {
+				return true
+			}
+		}
+		return false
+	}
+	filter := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+			if !skip(l) {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	got, want := filter(r.stdout), filter(p.stdout)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rank 1's environment differs from --print-env 1:\nrank:\n%s\nprint-env:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("# two slots\nlocalhost slots=2\n"), 0o644)
+	bad := filepath.Join(dir, "bad")
+	os.WriteFile(bad, []byte("localhost slots=2\nlocalhost slots=x\n"), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"np over slots", []string{"-np", "4", "--hostfile", hosts, "true"}, []string{"-np 4", "2 slots", "--oversubscribe"}},
+		{"np over -H slots", []string{"-np", "3", "-H", "localhost:2", "true"}, []string{"-np 3", "2 slots"}},
+		{"bad hostfile", []string{"--hostfile", bad, "true"}, []string{bad + ":2", "slots=x"}},
+		{"missing hostfile", []string{"--hostfile", filepath.Join(dir, "nope"), "true"}, []string{"nope"}},
+		{"bad map-by", []string{"--map-by", "diagonal", "true"}, []string{"--map-by", "diagonal"}},
+		{"bad -x", []string{"-x", "1BAD=2", "true"}, []string{"1BAD"}},
+		{"bad duration", []string{"--grace-period", "soon", "true"}, []string{"--grace-period", "soon"}},
+		{"remote host", []string{"-H", "10.213.0.9:2", "true"}, []string{"10.213.0.9", "not this machine"}},
+		{"no program", []string{"-np", "2"}, []string{"no program"}},
+		{"print-env out of range", []string{"--print-env", "7", "-np", "2", "true"}, []string{"--print-env 7", "0-1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := runGorun(t, 30*time.Second, nil, tt.args...)
+			if r.code != 2 {
+				t.Errorf("exit %d, want 2", r.code)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestOversubscribeAllowed(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, 30*time.Second, nil, "-np", "3", "-H", "localhost:2", "--oversubscribe", "true")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	// With no host source, gorun runs oversubscribed and says so once.
+	n := 4 * 64
+	r = runGorun(t, 60*time.Second, nil, "-np", itoa(n), "true")
+	if r.code != 0 || strings.Count(r.stderr, "oversubscribed") != 1 {
+		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+func TestDryRunAndDisplayMap(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, 30*time.Second, nil, "--dry-run", "-H", "localhost:2,127.0.0.1:2", "--map-by", "node", "-np", "3", "sh", "-c", "echo ran")
+	if r.code != 0 || strings.Contains(r.stdout, "ran") {
+		t.Fatalf("dry run ran the program or failed: %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	for _, w := range []string{"3 ranks on 2 hosts", "localhost", "0,2", "127.0.0.1", "map-by node"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("map lacks %q:\n%s", w, r.stderr)
+		}
+	}
+	r = runGorun(t, 30*time.Second, nil, "--display-map", "-H", "localhost:2,127.0.0.1:2", "--map-by", "node", "-np", "3", "--tag-output", "sh", "-c", "echo rank=$RANK node=$NODE_RANK local=$LOCAL_RANK")
+	for _, w := range []string{"[localhost:0] rank=0 node=0 local=0", "[127.0.0.1:1] rank=1 node=1 local=0", "[localhost:2] rank=2 node=0 local=1"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}
+
+func TestConfigFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "gorun.toml"), []byte("# job defaults\ngrace-period = \"7s\"\ntag-output = true\n"), 0o644)
+	r := runGorunIn(t, dir, []string{"GORUN_NP=3"}, 30*time.Second, nil, "--grace-period", "9s", "config")
+	for _, w := range []string{`grace-period = "9s"  # flag --grace-period`, "tag-output = true  # gorun.toml:3", "np = 3  # env GORUN_NP", "timeout = \"0s\"  # default"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("gorun config lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	r = runGorunIn(t, dir, []string{"GORUN_NP=2"}, 30*time.Second, nil, "sh", "-c", "echo x")
+	if r.stdout != "[0] x\n[1] x\n" && r.stdout != "[1] x\n[0] x\n" {
+		t.Errorf("config not applied to the job: %q", r.stdout)
+	}
+	os.WriteFile(filepath.Join(dir, "gorun.toml"), []byte("np = 2\ntag_output = true\n"), 0o644)
+	r = runGorunIn(t, dir, nil, 30*time.Second, nil, "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "gorun.toml:2") || !strings.Contains(r.stderr, `did you mean "tag-output"`) {
+		t.Errorf("unknown key: exit %d, stderr %s", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as gorun: run with GORUN_TEST_MAIN=1 it is the
+// gorun command (and, through os.Executable, its own agent), so every
+// end-to-end test runs the real head, agent and ranks as processes, built
+// with the race detector when the tests are.
+func TestMain(m *testing.M) {
+	if os.Getenv("GORUN_TEST_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// gorunCommand returns a command that runs gorun with args.
+func gorunCommand(ctx context.Context, args ...string) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), "GORUN_TEST_MAIN=1")
+	return cmd
+}
+
+// result is what one gorun run did.
+type result struct {
+	stdout, stderr string
+	code           int
+	elapsed        time.Duration
+}
+
+// runGorun runs gorun to its end (bounded by limit) with stdin from in.
+func runGorun(t *testing.T, limit time.Duration, in []byte, args ...string) result {
+	t.Helper()
+	return runGorunIn(t, "", nil, limit, in, args...)
+}
+
+// runGorunIn is runGorun in directory dir ("" = the test's) with extra
+// environment variables.
+func runGorunIn(t *testing.T, dir string, environ []string, limit time.Duration, in []byte, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := gorunCommand(ctx, args...)
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Env, environ...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if in != nil {
+		cmd.Stdin = bytes.NewReader(in)
+	}
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("gorun %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, r.stdout, r.stderr)
+	}
+	return r
+}
