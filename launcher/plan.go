@@ -183,6 +183,9 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 		}
 	}
 	for i, h := range hosts {
+		if counts[i] > h.Slots && !o.Oversubscribe {
+			return nil, fmt.Errorf("%w: %d ranks on %s is more than its %d slots; lower the count per node or pass --oversubscribe", ErrPlan, counts[i], h.Name, h.Slots)
+		}
 		if h.MaxSlots > 0 && counts[i] > h.MaxSlots {
 			return nil, fmt.Errorf("%w: %d ranks on %s is more than its max_slots=%d", ErrPlan, counts[i], h.Name, h.MaxSlots)
 		}
