@@ -1,0 +1,36 @@
+# gorun: build, run, test, bench. `make test` is what CI runs.
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: build run test check fuzz bench clean
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
+
+# gorun's main job on this machine: localhost is the default host.
+run: build
+	./gorun -np 4 hostname
+
+# The whole test suite, on a fresh Debian 12 machine as root.
+test: check
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+check:
+	./scripts/test-deps.sh
+	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt: $$fmt"; exit 1; fi
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build ./...
+
+# Each parser's fuzzer for a while (the seeds also run in `make test`).
+FUZZTIME ?= 30s
+fuzz:
+	@for f in $$($(GO) test -list 'Fuzz.*' ./hostfile/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./hostfile/ || exit 1; done
+	$(GO) test -run=NONE -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./launcher/control/
+	$(GO) test -run=NONE -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./config/
+
+bench:
+	./bench/launch.sh
+
+clean:
+	rm -rf gorun bench/.bin bench/results

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gorun's test suite needs, when they are
+# missing. Tests that need one of them fail (not skip) in CI without it.
+set -euo pipefail
+pkgs=(
+  python3-torch   # real PyTorch DDP (gloo) client, and /usr/bin/python3 for crash tests
+  man-db groff-base  # man -l renders man/gorun.1 and man/gorun-hostfile.5 without warnings
+  procps          # ps, for humans reading a failed test's log
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "test-deps: missing Debian packages: ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+echo "test-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${missing[@]}"
