@@ -21,10 +21,13 @@
 // does is reading the file named to [ParseFile] or [ParsePBSNodefile]. The
 // man page gorun-hostfile(5) describes the syntaxes for users.
 //
-// Syntax errors wrap [ErrSyntax]; errors tied to one line of a file or one
-// item of a -H list are [*LineError] values naming the file, the line and the
-// offending text. Inputs are bounded: a line longer than 4096 bytes, more than
+// Syntax errors, including limits exceeded and a Slurm nodelist and task
+// list of different lengths, wrap [ErrSyntax]; errors tied to one line of a
+// file or one item of a -H list are [*LineError] values naming the file, the
+// line and the offending text. I/O errors and the errors of [Include] and
+// [Exclude] (a well-formed filter that does not fit the hosts) do not wrap
+// ErrSyntax. Inputs are bounded: a line longer than 4096 bytes, more than
 // 100000 distinct hosts, a number over 1000000, or a range expanding to more
-// than 1000000 names is an error, reported before anything large is
-// allocated.
+// than 1000000 names is an error; ranges and repeat counts are checked before
+// they are expanded.
 package hostfile

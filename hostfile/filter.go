@@ -17,7 +17,7 @@ type Filter struct {
 // FilterHost is one host of a [Filter].
 type FilterHost struct {
 	Name  string // host name, as in Host.Name
-	Slots []int  // GPU slot indices in the order written, no duplicates; nil = the whole host
+	Slots []int  // GPU slot indices in the order written, no duplicates; empty = the whole host
 }
 
 // String returns f in the syntax [ParseFilter] reads.
@@ -203,7 +203,7 @@ func Include(hosts []Host, f Filter) ([]Host, error) {
 		if !ok {
 			continue
 		}
-		if fh.Slots != nil {
+		if len(fh.Slots) > 0 {
 			if err := checkSlots(h, fh, "include", f); err != nil {
 				return nil, err
 			}
@@ -233,7 +233,7 @@ func Exclude(hosts []Host, f Filter) ([]Host, error) {
 			out = append(out, h)
 			continue
 		}
-		if fh.Slots == nil {
+		if len(fh.Slots) == 0 {
 			continue
 		}
 		if err := checkSlots(h, fh, "exclude", f); err != nil {

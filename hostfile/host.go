@@ -85,7 +85,7 @@ func (e *LineError) Unwrap() error { return e.Err }
 
 // Host is one host of a job and what it offers.
 type Host struct {
-	Name     string // host name or address as written (after user@ and :port are split off)
+	Name     string // host name or address as written (after user@, :N and IPv6 brackets are split off)
 	Slots    int    // ranks it takes before it counts as oversubscribed; >= 1
 	MaxSlots int    // hard cap on ranks even with oversubscription; 0 = no cap
 	User     string // login user, "" = default
