@@ -92,13 +92,6 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return ExitUsage, err
 	}
-	if _, local := o.Starter.(*LocalStarter); local {
-		for _, n := range plan.Nodes {
-			if !IsLocal(n.Host.Name) {
-				return ExitUsage, fmt.Errorf("%w: host %s is not this machine, and this gorun starts ranks on this machine only (no remote starter yet)", ErrUsage, n.Host.Name)
-			}
-		}
-	}
 	if o.ImplicitHosts && plan.Oversubscribed {
 		fmt.Fprintf(o.Stderr, "gorun: note: %d ranks on localhost's %d slots: running oversubscribed and unbound (give -H or --hostfile to make this an error)\n",
 			len(plan.Ranks), plan.Slots)
@@ -107,6 +100,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 		plan.Format(o.Stderr)
 		if o.DryRun {
 			return ExitOK, nil
+		}
+	}
+	if _, local := o.Starter.(*LocalStarter); local {
+		for _, n := range plan.Nodes {
+			if !IsLocal(n.Host.Name) {
+				return ExitUsage, fmt.Errorf("%w: host %s is not this machine, and this gorun starts ranks on this machine only (no remote starter yet)", ErrUsage, n.Host.Name)
+			}
 		}
 	}
 	if o.PrintEnv >= len(plan.Ranks) {

@@ -230,7 +230,7 @@ func describeSlots(hosts []hostfile.Host) string {
 
 // Format prints the plan for --display-map.
 func (p *Plan) Format(w io.Writer) error {
-	fmt.Fprintf(w, "gorun: plan: %d ranks on %d hosts (%d slots), map-by %s", len(p.Ranks), len(p.Nodes), p.Slots, p.MapBy)
+	fmt.Fprintf(w, "gorun: plan: %s on %s (%s), map-by %s", plural(len(p.Ranks), "rank"), plural(len(p.Nodes), "host"), plural(p.Slots, "slot"), p.MapBy)
 	if p.Oversubscribed {
 		fmt.Fprint(w, ", oversubscribed")
 	}
@@ -262,4 +262,11 @@ func Ranges(v []int) string {
 		i = j + 1
 	}
 	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return strconv.Itoa(n) + " " + word + "s"
 }

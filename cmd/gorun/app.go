@@ -38,10 +38,25 @@ EXIT STATUS:
    125      gorun itself failed while the job ran (an agent was lost)
    126      the program is not executable;  127  the program was not found
 
+Long flags also work with one dash, as mpirun users type them: -np 4.
 Every flag can also be set as GORUN_<FLAG> (e.g. GORUN_GRACE_PERIOD=10s) or as
 a key in /etc/gorun/config.toml, ~/.config/gorun/config.toml or ./gorun.toml;
 flags win over the environment, which wins over the files. "gorun config"
 shows the merged result.`
+
+// helpTemplate is --help: the flags come from the settings table, so that
+// each shows its value's name and meaningful default once.
+var helpTemplate = `NAME:
+   {{.Name}} - {{.Usage}}
+
+USAGE:
+   gorun [flags] PROGRAM [ARGS...]
+   gorun [flags] COMMAND
+
+COMMANDS:{{range .VisibleCommands}}
+   {{join .Names ", "}}{{"\t"}}{{.Usage}}{{end}}
+
+` + optionsHelp() + examples + "\n"
 
 // errExit carries an exit code out of urfave/cli.
 type errExit struct {
@@ -62,7 +77,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		HideHelpCommand:       true,
 		Writer:                stdout,
 		ErrWriter:             stderr,
-		CustomAppHelpTemplate: cli.AppHelpTemplate + examples + "\n",
+		CustomAppHelpTemplate: helpTemplate,
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 && !c.Bool("dry-run") {
 				cli.ShowAppHelp(c)

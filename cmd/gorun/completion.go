@@ -12,10 +12,7 @@ import (
 func completion(w io.Writer, shell string) error {
 	var words []string
 	for _, s := range settings {
-		words = append(words, "--"+s.name)
-		for _, a := range s.aliases {
-			words = append(words, "-"+a)
-		}
+		words = append(words, s.names()...)
 	}
 	words = append(words, "--help", "--version")
 	switch shell {
@@ -45,7 +42,7 @@ complete -F _gorun gorun
 		fmt.Fprintln(w, "#compdef gorun\n# zsh completion for gorun; load with: source <(gorun completion zsh)\n_gorun() {\n  _arguments -s \\")
 		for _, s := range settings {
 			desc := strings.NewReplacer("[", "(", "]", ")", "`", "", "'", "").Replace(s.usage)
-			names := append([]string{"--" + s.name}, prefixed(s.aliases)...)
+			names := s.names()
 			val := ""
 			if s.kind != config.Bool {
 				val = ":" + strings.ToLower(s.arg) + ":"
@@ -75,14 +72,6 @@ complete -F _gorun gorun
 	return nil
 }
 
-func prefixed(aliases []string) []string {
-	var out []string
-	for _, a := range aliases {
-		out = append(out, "-"+a)
-	}
-	return out
-}
-
 // valueFlags lists the flags that take a value, as bash case patterns.
 func valueFlags() []string {
 	var out []string
@@ -90,8 +79,7 @@ func valueFlags() []string {
 		if s.kind == config.Bool {
 			continue
 		}
-		out = append(out, "--"+s.name)
-		out = append(out, prefixed(s.aliases)...)
+		out = append(out, s.names()...)
 	}
 	return out
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/config"
@@ -21,7 +24,7 @@ type setting struct {
 // the TOML config files and a GORUN_* environment variable.
 var settings = []setting{
 	{name: "np", aliases: []string{"n"}, kind: config.Int, def: "0", arg: "N", usage: "run `N` ranks (default: one per slot)"},
-	{name: "host", aliases: []string{"H"}, kind: config.StringList, arg: "HOSTS", usage: "hosts as `host[:slots],...`; repeat or comma-separate"},
+	{name: "host", aliases: []string{"H"}, kind: config.StringList, arg: "HOSTS", usage: "hosts as host[:slots],...; repeat or comma-separate"},
 	{name: "hostfile", aliases: []string{"machinefile"}, kind: config.String, arg: "FILE", usage: "read hosts from `FILE` (Open MPI or MPICH syntax, see gorun-hostfile(5))"},
 	{name: "include", kind: config.String, arg: "FILTER", usage: "DeepSpeed-style `FILTER` of hosts and GPU slots to use, e.g. w0@w1:0,2"},
 	{name: "exclude", kind: config.String, arg: "FILTER", usage: "DeepSpeed-style `FILTER` of hosts and GPU slots to leave out"},
@@ -33,9 +36,9 @@ var settings = []setting{
 	{name: "x", kind: config.StringList, arg: "NAME[=VALUE]", usage: "export `NAME[=VALUE]` to every rank (NAME alone takes gorun's value)"},
 	{name: "print-env", kind: config.Int, def: "-1", arg: "RANK", usage: "print the environment rank `RANK` would get, and stop"},
 	{name: "tag-output", kind: config.Bool, def: "false", usage: "prefix every output line with [rank] (or [host:rank])"},
-	{name: "timestamp-output", kind: config.Bool, def: "false", usage: "prefix every output line with the time the rank wrote it"},
+	{name: "timestamp-output", kind: config.Bool, def: "false", usage: "prefix every output line with the time its bytes were read from the rank"},
 	{name: "output-filename", kind: config.String, arg: "DIR", usage: "write each rank's output to `DIR`/rank.N/{stdout,stderr} instead"},
-	{name: "stdin", kind: config.String, def: "0", arg: "RANK", usage: "send gorun's stdin to `RANK`, or none"},
+	{name: "stdin", kind: config.String, def: "0", arg: "RANK", usage: "send gorun's stdin to `RANK` (default: 0), or none"},
 	{name: "grace-period", kind: config.Duration, def: "3s", arg: "DURATION", usage: "time between SIGTERM and SIGKILL when the job is stopped"},
 	{name: "timeout", kind: config.Duration, def: "0s", arg: "SECONDS", usage: "stop the job after `SECONDS` (or a duration such as 10m); 0 = never"},
 	{name: "max-restarts", kind: config.Int, def: "0", arg: "N", usage: "restart the whole job up to `N` times after a failure"},
@@ -61,7 +64,14 @@ func cliFlags() []cli.Flag {
 		case config.Bool:
 			out = append(out, &cli.BoolFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage, Hidden: s.hidden})
 		case config.StringList:
-			out = append(out, &cli.StringSliceFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage, Hidden: s.hidden})
+			// One flag per spelling, sharing one list: urfave/cli would
+			// copy an alias's values to the main name through String
+			// and Set, splitting them again.
+			l := &listValue{}
+			lists[s.name] = l
+			for i, n := range append([]string{s.name}, s.aliases...) {
+				out = append(out, &cli.GenericFlag{Name: n, Usage: s.usage, Hidden: s.hidden || i > 0, Value: l})
+			}
 		default:
 			out = append(out, &cli.StringFlag{Name: s.name, Aliases: s.aliases, Usage: s.usage, Hidden: s.hidden, DefaultText: s.def})
 		}
@@ -73,6 +83,12 @@ func cliFlags() []cli.Flag {
 func setOnCommandLine(c *cli.Context) map[string][]string {
 	out := map[string][]string{}
 	for _, s := range settings {
+		if s.kind == config.StringList {
+			if l := lists[s.name]; l != nil && len(l.values) > 0 {
+				out[s.name] = l.values
+			}
+			continue
+		}
 		if !c.IsSet(s.name) {
 			continue
 		}
@@ -83,11 +99,61 @@ func setOnCommandLine(c *cli.Context) map[string][]string {
 			} else {
 				out[s.name] = []string{"false"}
 			}
-		case config.StringList:
-			out[s.name] = c.StringSlice(s.name)
 		default:
 			out[s.name] = []string{c.String(s.name)}
 		}
 	}
 	return out
 }
+
+// dashed writes a flag name as it is typed: one dash for one letter (-n,
+// -H, -x), two for the others (Go's flags also take -np).
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// names returns the setting's spellings, the main name first.
+func (s setting) names() []string {
+	out := []string{dashed(s.name)}
+	for _, a := range s.aliases {
+		out = append(out, dashed(a))
+	}
+	return out
+}
+
+// optionsHelp renders the flags for --help, from the settings.
+func optionsHelp() string {
+	var b strings.Builder
+	b.WriteString("OPTIONS:\n")
+	for _, s := range settings {
+		if s.hidden {
+			continue
+		}
+		left := strings.Join(s.names(), ", ")
+		if s.arg != "" {
+			left += " " + s.arg
+		}
+		usage := strings.ReplaceAll(s.usage, "`", "")
+		if s.kind != config.Bool && s.def != "" && s.def != "0" && s.def != "-1" && s.def != "0s" {
+			usage += " (default: " + s.def + ")"
+		}
+		fmt.Fprintf(&b, "   %-32s %s\n", left, usage)
+	}
+	fmt.Fprintf(&b, "   %-32s %s\n", "-h, --help", "show this help")
+	fmt.Fprintf(&b, "   %-32s %s\n", "--version", "print gorun's version")
+	return b.String()
+}
+
+// lists holds the values of the list flags, by setting name.
+var lists = map[string]*listValue{}
+
+// listValue is a repeatable flag whose values are kept whole: urfave/cli's
+// slice flags split at commas, and -x CUDA_VISIBLE_DEVICES=0,1 is one
+// export.
+type listValue struct{ values []string }
+
+func (l *listValue) Set(v string) error { l.values = append(l.values, v); return nil }
+func (l *listValue) String() string     { return strings.Join(l.values, " ") }
