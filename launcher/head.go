@@ -188,7 +188,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 	mux, err := output.New(output.Options{
 		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
 		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
-		Timestamp: o.Timestamp, Dir: o.OutputDir,
+		Timestamp: o.Timestamp, Dir: o.OutputDir, SameTerminal: sameFile(o.Stdout, o.Stderr),
 	})
 	if err != nil {
 		h.stopAgents()
@@ -217,7 +217,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 			break
 		}
 		f := h.firstErr
-		fmt.Fprintf(o.Stderr, "gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
+		h.notef("gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
 			f.Rank, f.Host, f.describe(), gen+1, o.MaxRestarts)
 		for i := range h.rec {
 			h.rec[i].Restarts = gen + 1
@@ -328,7 +328,7 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 					pending--
 				}
 			case e.msg != "":
-				fmt.Fprintf(o.Stderr, "gorun: agent on %s: %s\n", h.plan.Nodes[e.node].Host.Name, e.msg)
+				h.notef("gorun: agent on %s: %s\n", h.plan.Nodes[e.node].Host.Name, e.msg)
 			}
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
@@ -341,10 +341,10 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 				res = result{reason: reasonSignal, signal: sig}
 			}
 			if interrupts == 1 {
-				fmt.Fprintf(o.Stderr, "gorun: got %s: forwarded to every rank (send it again to kill them)\n", sigName(sig))
+				h.notef("gorun: got %s: forwarded to every rank (send it again to kill them)\n", sigName(sig))
 				h.broadcast(control.TypeSignal, control.Signal{Signal: int(sig)})
 			} else {
-				fmt.Fprintf(o.Stderr, "gorun: got %s again: killing every rank\n", sigName(sig))
+				h.notef("gorun: got %s again: killing every rank\n", sigName(sig))
 				stop(0)
 			}
 		case <-timeout:
@@ -352,13 +352,13 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 			if res.reason == reasonSuccess {
 				res = result{reason: reasonTimeout}
 			}
-			fmt.Fprintf(o.Stderr, "gorun: --timeout %v expired: stopping the job\n", o.Timeout)
+			h.notef("gorun: --timeout %v expired: stopping the job\n", o.Timeout)
 			stop(o.Grace)
 		case <-escalate:
 			escalate = nil
 			for i, a := range h.agents {
 				if !a.gone {
-					fmt.Fprintf(o.Stderr, "gorun: agent on %s did not confirm its ranks ended; killing it\n", h.plan.Nodes[i].Host.Name)
+					h.notef("gorun: agent on %s did not confirm its ranks ended; killing it\n", h.plan.Nodes[i].Host.Name)
 					a.proc.Kill()
 				}
 			}
@@ -620,6 +620,32 @@ func (h *head) stopAgents() {
 			a.proc.Wait()
 		}
 	}
+}
+
+// sameFile reports whether two writers are the same open file (a terminal
+// that both stdout and stderr print on, or 2>&1).
+func sameFile(a, b io.Writer) bool {
+	fa, ok1 := a.(*os.File)
+	fb, ok2 := b.(*os.File)
+	if !ok1 || !ok2 {
+		return false
+	}
+	var sa, sb unix.Stat_t
+	if unix.Fstat(int(fa.Fd()), &sa) != nil || unix.Fstat(int(fb.Fd()), &sb) != nil {
+		return false
+	}
+	return sa.Dev == sb.Dev && sa.Ino == sb.Ino && sa.Rdev == sb.Rdev
+}
+
+// notef writes a message of gorun's own to stderr, on a line of its own
+// even when a rank's unfinished line was written there last.
+func (h *head) notef(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if h.mux != nil {
+		h.mux.Notice(msg)
+		return
+	}
+	io.WriteString(h.o.Stderr, msg)
 }
 
 func sigName(s syscall.Signal) string {

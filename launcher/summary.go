@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -110,7 +111,8 @@ func (h *head) summarize(res result) int {
 	if len(h.rec) > 0 {
 		s.Restarts = h.rec[0].Restarts
 	}
-	w := h.o.Stderr
+	w := new(strings.Builder)
+	defer func() { h.notef("%s", w.String()) }()
 	stopped := 0
 	for _, r := range h.rec {
 		if r.Stopped {

@@ -55,6 +55,10 @@ var ErrClosed = errors.New("output: mux closed")
 
 // Options configures a Mux.
 type Options struct {
+	// SameTerminal says that Stdout and Stderr reach the same screen (or
+	// file), so that Notice must also end a line left open on Stdout.
+	SameTerminal bool
+
 	// Stdout and Stderr are gorun's own outputs; nil means os.Stdout and
 	// os.Stderr. They are not used in directory mode. If both are the same
 	// (comparable) writer, line state is shared between the two streams.
@@ -98,6 +102,7 @@ type outState struct {
 	owner    key
 	err      error // first write error; later writes are discarded
 	reported bool  // err has been returned to a caller
+	last     byte  // the last byte written to w, 0 before any
 }
 
 // rankState is the state of one (rank, stream).
@@ -604,6 +609,9 @@ func (o *outState) write(b []byte) {
 		return
 	}
 	n, err := o.w.Write(b)
+	if n > 0 {
+		o.last = b[n-1]
+	}
 	if err == nil && n < len(b) {
 		err = io.ErrShortWrite
 	}
@@ -611,6 +619,34 @@ func (o *outState) write(b []byte) {
 		o.err = err
 		o.buf = nil
 	}
+}
+
+// Notice writes a message of gorun's own to its stderr (msg should end in
+// a newline) on a line of its own: if a rank's unfinished line was written
+// there last, a newline comes first, and in tagged mode that rank's
+// continuation starts with its prefix again. It may be called after Close.
+func (m *Mux) Notice(msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := m.outs[Stderr]
+	if out == nil {
+		return
+	}
+	if so := m.outs[Stdout]; so != out && m.o.SameTerminal {
+		// Both land on one screen: end the line a rank left open there.
+		so.flush()
+		if so.last != 0 && so.last != '\n' {
+			so.write([]byte{'\n'})
+			so.last = '\n'
+		}
+		so.midLine = false
+	}
+	out.flush()
+	if out.last != 0 && out.last != '\n' {
+		out.write([]byte{'\n'})
+	}
+	out.midLine = false
+	out.write([]byte(msg))
 }
 
 // report returns the output's error once.

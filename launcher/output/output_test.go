@@ -728,3 +728,32 @@ func BenchmarkMux(b *testing.B) {
 		})
 	}
 }
+
+// gorun's own messages start on a line of their own, on stderr and, when
+// both reach one screen, after a line a rank left open on stdout.
+func TestNotice(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	m, err := New(Options{Stdout: &out, Stderr: &errb, FlushDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Write(0, Stderr, time.Now(), []byte("Traceback (most"))
+	m.CloseRank(0)
+	m.Notice("gorun: restarting\n")
+	m.Close()
+	m.Notice("gorun: summary\n")
+	if got, want := errb.String(), "Traceback (most\ngorun: restarting\ngorun: summary\n"; got != want {
+		t.Fatalf("stderr = %q, want %q", got, want)
+	}
+
+	var screen bytes.Buffer
+	m, _ = New(Options{Stdout: &screen, Stderr: &screen, SameTerminal: true})
+	m.Write(1, Stdout, time.Now(), []byte("prompt> "))
+	m.CloseRank(1)
+	m.Notice("gorun: done\n")
+	m.Close()
+	if got, want := screen.String(), "prompt> \ngorun: done\n"; got != want {
+		t.Fatalf("screen = %q, want %q", got, want)
+	}
+}
