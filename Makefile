@@ -6,7 +6,7 @@ LDFLAGS := -X main.version=$(VERSION)
 .PHONY: build run test check fuzz bench clean
 
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
 
 # gorun's main job on this machine: localhost is the default host.
 run: build

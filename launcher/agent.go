@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,9 +54,12 @@ type agent struct {
 	live    int // ranks of gen not yet reported
 	gen     int
 	stopped bool // Kill was received for gen
-	exiting bool
-	killT   *time.Timer
-	stdin   map[int]chan []byte // rank -> chunks for its stdin pipe
+	// leftovers: an ended rank's process group still had processes
+	// when it was killed, so orphans may be on their way here.
+	leftovers bool
+	exiting   bool
+	killT     *time.Timer
+	stdin     map[int]chan []byte // rank -> chunks for its stdin pipe
 }
 
 type rankProc struct {
@@ -67,7 +71,11 @@ type rankProc struct {
 	tail    tail
 	stopped bool
 	ooms    int
+	stdin   chan []byte // chunks for its stdin pipe; nil if it takes none
 }
+
+// maxForkers bounds the goroutines that fork ranks side by side.
+const maxForkers = 4
 
 // RunAgent runs the agent side of a job until the head says shutdown or
 // goes away. Everything it started is gone when it returns.
@@ -214,24 +222,51 @@ func (a *agent) launch(l control.Launch) {
 		a.live--
 	}
 	path, code, msg := a.resolve(l, base)
-	for _, s := range l.Ranks {
-		if msg != "" {
+	if msg != "" {
+		for _, s := range l.Ranks {
 			fail(s, code, msg)
-			continue
 		}
-		p, err := a.start(l, s, path, rankEnv(s))
-		if err != nil {
-			code := 1
-			if errors.Is(err, syscall.ENOENT) {
-				code = 127
-			} else if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
-				code = 126
+	} else {
+		// Forking costs most of a launch: on a box with several cores,
+		// a few goroutines fork side by side. The reaper waits on a.mu,
+		// held here, so no rank is reaped before it is registered.
+		procs := make([]*rankProc, len(l.Ranks))
+		errs := make([]error, len(l.Ranks))
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range min(runtime.NumCPU(), len(l.Ranks), maxForkers) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1) - 1); i < len(l.Ranks); i = int(next.Add(1) - 1) {
+					procs[i], errs[i] = a.start(l, l.Ranks[i], path, rankEnv(l.Ranks[i]))
+				}
+			}()
+		}
+		wg.Wait()
+		started := control.Started{Generation: l.Generation}
+		for i, s := range l.Ranks {
+			p, err := procs[i], errs[i]
+			if err != nil {
+				code := 1
+				if errors.Is(err, syscall.ENOENT) {
+					code = 127
+				} else if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC) {
+					code = 126
+				}
+				fail(s, code, fmt.Sprintf("cannot start %s: %v", l.Argv[0], err))
+				continue
 			}
-			fail(s, code, fmt.Sprintf("cannot start %s: %v", l.Argv[0], err))
-			continue
+			p.ooms = ooms
+			a.byPID[p.pid] = p
+			if p.stdin != nil {
+				a.stdin[s.Rank] = p.stdin
+			}
+			started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: p.pid, Time: p.start})
 		}
-		p.ooms = ooms
-		a.w.Send(control.TypeStarted, control.Started{Generation: l.Generation, Rank: s.Rank, PID: p.pid, Time: p.start})
+		if len(started.Ranks) > 0 {
+			a.w.Send(control.TypeStarted, started)
+		}
 	}
 	if a.live == 0 {
 		a.done()
@@ -282,7 +317,7 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar)
 }
 
-// start forks one rank; a.mu is held so the reaper cannot miss it.
+// start forks one rank. The caller registers it.
 func (a *agent) start(l control.Launch, s control.RankSpec, path string, environ []string) (*rankProc, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
@@ -325,14 +360,12 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, environ
 		return nil, err
 	}
 	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
-	a.byPID[pid] = p
 	p.readers.Add(2)
 	go a.relay(p, outR, output.Stdout)
 	go a.relay(p, errR, output.Stderr)
 	if inW != nil {
-		ch := make(chan []byte, stdinWindow+1)
-		a.stdin[s.Rank] = ch
-		go a.feed(s.Rank, inW, ch)
+		p.stdin = make(chan []byte, stdinWindow+1)
+		go a.feed(s.Rank, inW, p.stdin)
 	}
 	return p, nil
 }
@@ -388,7 +421,9 @@ func (a *agent) reap() {
 		}
 		delete(a.byPID, pid)
 		// What the rank left behind in its process group goes with it.
-		unix.Kill(-pid, unix.SIGKILL)
+		if unix.Kill(-pid, unix.SIGKILL) == nil {
+			a.leftovers = true // something of the rank's still ran
+		}
 		if ch := a.stdin[p.rank]; ch != nil {
 			delete(a.stdin, p.rank)
 			close(ch)
@@ -442,7 +477,8 @@ func (a *agent) done() {
 	if a.killT != nil {
 		a.killT.Stop()
 	}
-	killOrphans(time.Second)
+	killOrphans(time.Second, a.leftovers)
+	a.leftovers = false
 	var ru unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru)
 	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: ru.Maxrss})
@@ -484,6 +520,7 @@ func (a *agent) kill(grace time.Duration) {
 func (a *agent) shutdown(grace time.Duration) error {
 	a.mu.Lock()
 	n := len(a.byPID)
+	careful := n > 0 || a.leftovers
 	a.mu.Unlock()
 	if n > 0 {
 		a.kill(grace)
@@ -499,13 +536,16 @@ func (a *agent) shutdown(grace time.Duration) error {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	killOrphans(2 * time.Second)
+	killOrphans(2*time.Second, careful)
 	return nil
 }
 
 // killOrphans kills and reaps every remaining child of the agent: ranks'
 // descendants that escaped their process group and were re-parented here.
-func killOrphans(limit time.Duration) {
+// careful (process groups were just killed) makes it look a few more times
+// after finding none: a process that was forking as its group died may
+// arrive a moment later.
+func killOrphans(limit time.Duration, careful bool) {
 	self := os.Getpid()
 	deadline := time.Now().Add(limit)
 	quiet := 0
@@ -514,7 +554,7 @@ func killOrphans(limit time.Duration) {
 		if len(kids) == 0 {
 			// A process that was forking while its group was killed may
 			// still arrive here: look twice more before calling it done.
-			if quiet++; quiet >= 3 || time.Now().After(deadline) {
+			if quiet++; !careful || quiet >= 3 || time.Now().After(deadline) {
 				return
 			}
 			time.Sleep(10 * time.Millisecond)

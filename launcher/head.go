@@ -301,9 +301,11 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 					}
 				}
 			case e.start != nil:
-				r := &h.rec[e.start.Rank]
-				r.PID, r.Start = e.start.PID, e.start.Time
-				started++
+				for _, rs := range e.start.Ranks {
+					r := &h.rec[rs.Rank]
+					r.PID, r.Start = rs.PID, rs.Time
+				}
+				started += len(e.start.Ranks)
 				if started == len(h.plan.Ranks) && gen == 0 {
 					h.phases.RanksStarted = time.Since(h.start)
 				}

@@ -94,12 +94,17 @@ type Launch struct {
 	PrintEnv       int        `json:"print_env,omitempty"` // if > 0, reply with the Env of rank PrintEnv-1 and start nothing
 }
 
-// Started reports that a rank's process runs.
+// Started reports that ranks' processes run.
 type Started struct {
-	Generation int       `json:"generation"`
-	Rank       int       `json:"rank"`
-	PID        int       `json:"pid"`
-	Time       time.Time `json:"time"`
+	Generation int         `json:"generation"`
+	Ranks      []RankStart `json:"ranks"`
+}
+
+// RankStart is one rank's process.
+type RankStart struct {
+	Rank int       `json:"rank"`
+	PID  int       `json:"pid"`
+	Time time.Time `json:"time"`
 }
 
 // Exited reports how a rank ended (or that it could not start).
