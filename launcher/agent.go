@@ -60,6 +60,26 @@ type agent struct {
 	exiting   bool
 	killT     *time.Timer
 	stdin     map[int]chan []byte // rank -> chunks for its stdin pipe
+
+	heard atomic.Int64 // unix nanoseconds of the last frame from the head
+}
+
+// watchSilence returns a channel that fires when no frame came from the
+// head for timeout.
+func (a *agent) watchSilence(timeout time.Duration) <-chan time.Time {
+	a.heard.Store(time.Now().UnixNano())
+	fire := make(chan time.Time, 1)
+	go func() {
+		t := time.NewTicker(timeout / 4)
+		defer t.Stop()
+		for now := range t.C {
+			if now.Sub(time.Unix(0, a.heard.Load())) > timeout {
+				fire <- now
+				return
+			}
+		}
+	}()
+	return fire
 }
 
 type rankProc struct {
@@ -95,9 +115,11 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 	host, _ := os.Hostname()
 	r := control.NewReader(o.In)
-	if _, err := control.Handshake(a.w, r, control.Hello{
+	headHello, err := control.Handshake(a.w, r, control.Hello{
 		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(),
-	}); err != nil {
+		ConnAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 2), ClientAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 0),
+	})
+	if err != nil {
 		return fmt.Errorf("handshake with the head: %w", err)
 	}
 
@@ -106,8 +128,27 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	defer signal.Stop(sigs)
 	frames := make(chan error, 1)
 	go func() { frames <- a.readFrames(r) }()
+	var silent <-chan time.Time
+	if headHello.Beat > 0 {
+		// Over a network a dead head can look like a quiet one (a cut
+		// link leaves the connection half-open): beat, and listen for it.
+		t := time.NewTicker(headHello.Beat)
+		defer t.Stop()
+		go func() {
+			for range t.C {
+				if a.w.Send(control.TypeBeat, nil) != nil {
+					return
+				}
+			}
+		}()
+		silent = a.watchSilence(headHello.BeatTimeout)
+	}
 	for {
 		select {
+		case <-silent:
+			a.log.printf("heard nothing from the head for %v: stopping every rank", headHello.BeatTimeout)
+			a.shutdown(stopGraceOnEOF)
+			return errors.New("the head went silent")
 		case s := <-sigs:
 			if s == syscall.SIGCHLD {
 				a.reap()
@@ -140,7 +181,20 @@ func (a *agent) readFrames(r *control.Reader) error {
 		if err != nil {
 			return err
 		}
+		a.heard.Store(time.Now().UnixNano())
 		switch f.Type {
+		case control.TypeBeat:
+		case control.TypeRoute:
+			var q control.Route
+			if err := f.Decode(&q); err != nil {
+				return err
+			}
+			addr, err := routeAddr(q.Peers, q.Iface)
+			rep := control.RouteReply{Addr: addr}
+			if err != nil {
+				rep.Err = err.Error()
+			}
+			a.w.Send(control.TypeRouteRe, rep)
 		case control.TypeLaunch:
 			var l control.Launch
 			if err := f.Decode(&l); err != nil {
@@ -620,6 +674,63 @@ func children(ppid int) []int {
 		}
 	}
 	return out
+}
+
+// sshAddr returns field i of an SSH_CONNECTION value ("client_ip
+// client_port server_ip server_port").
+func sshAddr(v string, i int) string {
+	f := strings.Fields(v)
+	if len(f) != 4 {
+		return ""
+	}
+	return f[i]
+}
+
+// routeAddr returns the local address the kernel would use to reach the
+// peers (a UDP "connect" sends nothing), or iface's first IPv4 address.
+// Peers that disagree are resolved by majority.
+func routeAddr(peers []string, iface string) (string, error) {
+	if iface != "" {
+		ifc, err := net.InterfaceByName(iface)
+		if err != nil {
+			return "", fmt.Errorf("--iface %s: %w", iface, err)
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return "", fmt.Errorf("--iface %s: %w", iface, err)
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				return n.IP.String(), nil
+			}
+		}
+		return "", fmt.Errorf("--iface %s has no IPv4 address", iface)
+	}
+	votes := map[string]int{}
+	best := ""
+	var firstErr error
+	for _, p := range peers {
+		c, err := net.Dial("udp", net.JoinHostPort(p, "9"))
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("no route to %s: %w", p, err)
+			}
+			continue
+		}
+		ip := c.LocalAddr().(*net.UDPAddr).IP.String()
+		c.Close()
+		votes[ip]++
+		if votes[ip] > votes[best] {
+			best = ip
+		}
+	}
+	if best == "" {
+		if firstErr == nil {
+			firstErr = errors.New("no peers to route to")
+		}
+		return "", firstErr
+	}
+	return best, nil
 }
 
 // oomKills reads the kernel's count of OOM kills (/proc/vmstat oom_kill).

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -54,6 +55,8 @@ type Options struct {
 	MaxRestarts   int
 	SummaryJSON   string // --summary-json file
 	Verbose       bool
+	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
+	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
 
 	Starter Starter   // nil = LocalStarter
 	Stdin   io.Reader // nil = os.Stdin
@@ -137,6 +140,7 @@ type event struct {
 	start  *control.Started
 	done   *control.Done
 	env    *control.Env
+	route  *control.RouteReply
 	msg    string // TypeError text
 	err    error  // the agent's channel failed or ended (frame 0)
 }
@@ -150,6 +154,9 @@ type agentConn struct {
 	maxRSS int64
 	gone   bool
 	acks   chan int
+	remote bool         // heartbeats are on
+	heard  atomic.Int64 // unix nanoseconds of its last frame
+	silent bool         // declared lost for silence (beat goroutine only)
 }
 
 type head struct {
@@ -166,6 +173,7 @@ type head struct {
 	start    time.Time
 	readers  sync.WaitGroup
 	firstErr *RankRecord // the first failure of the last generation
+	master   string      // MASTER_ADDR
 }
 
 func (h *head) run(ctx context.Context) (int, error) {
@@ -180,11 +188,6 @@ func (h *head) run(ctx context.Context) (int, error) {
 		return ExitLaunch, err
 	}
 	h.phases.AgentsUp = time.Since(h.start)
-	if o.PrintEnv >= 0 {
-		code, err := h.printEnv()
-		h.stopAgents()
-		return code, err
-	}
 	mux, err := output.New(output.Options{
 		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
 		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
@@ -198,6 +201,19 @@ func (h *head) run(ctx context.Context) (int, error) {
 	for _, a := range h.agents {
 		h.readers.Add(1)
 		go h.read(a)
+	}
+	beatStop := make(chan struct{})
+	defer close(beatStop)
+	go h.beat(beatStop)
+	if h.master, err = h.masterAddr(); err != nil {
+		h.stopAgents()
+		return ExitLaunch, err
+	}
+	if o.PrintEnv >= 0 {
+		code, err := h.printEnv()
+		h.stopAgents()
+		h.mux.Close()
+		return code, err
 	}
 	h.rec = make([]RankRecord, len(h.plan.Ranks))
 	for r, p := range h.plan.Ranks {
@@ -251,7 +267,7 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 	o := h.o
 	h.firstErr = nil
 	master := h.agents[0].hello.FreePort
-	masterAddr := "127.0.0.1"
+	masterAddr := h.master
 	pending := 0
 	for i, n := range h.plan.Nodes {
 		a := h.agents[i]
@@ -430,6 +446,10 @@ func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*a
 		return nil, fmt.Errorf("start the agent on %s: %w", host.Name, err)
 	}
 	a := &agentConn{node: node, proc: p, w: control.NewWriter(p), r: control.NewReader(p), acks: make(chan int, stdinWindow+1)}
+	if r, ok := p.(Remote); ok && r.Remote() {
+		a.remote = true
+	}
+	a.heard.Store(time.Now().UnixNano())
 	garbage, err := a.r.SkipPreamble()
 	if len(garbage) > 0 {
 		fmt.Fprintf(h.o.Stderr, "gorun: %s printed this before its agent started (shell start-up files?): %q\n", host.Name, clip(garbage, 200))
@@ -438,12 +458,87 @@ func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*a
 		p.Kill()
 		return a, fmt.Errorf("agent on %s did not start: %w", host.Name, err)
 	}
-	a.hello, err = control.Handshake(a.w, a.r, control.Hello{Version: h.o.Version})
+	mine := control.Hello{Version: h.o.Version}
+	if a.remote {
+		mine.BeatTimeout = h.beatTimeout()
+		mine.Beat = mine.BeatTimeout / 5
+	}
+	a.hello, err = control.Handshake(a.w, a.r, mine)
 	if err != nil {
 		p.Kill()
 		return a, fmt.Errorf("agent on %s: %w", host.Name, err)
 	}
 	return a, nil
+}
+
+func (h *head) beatTimeout() time.Duration {
+	if h.o.BeatTimeout > 0 {
+		return h.o.BeatTimeout
+	}
+	return 5 * time.Second
+}
+
+// beat sends heartbeats to the remote agents and declares lost the ones
+// that went silent, until stop is closed.
+func (h *head) beat(stop chan struct{}) {
+	timeout := h.beatTimeout()
+	t := time.NewTicker(timeout / 5)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			for _, a := range h.agents {
+				if !a.remote {
+					continue
+				}
+				a.w.Send(control.TypeBeat, nil)
+				if last := time.Unix(0, a.heard.Load()); now.Sub(last) > timeout && !a.silent {
+					a.silent = true
+					// Kill ends the connection: read() reports the loss.
+					h.notef("gorun: heard nothing from the agent on %s for %v (host down, or its link cut)\n", h.plan.Nodes[a.node].Host.Name, now.Sub(last).Round(time.Millisecond))
+					a.proc.Kill()
+				}
+			}
+		}
+	}
+}
+
+// masterAddr picks MASTER_ADDR: an address of rank 0's host that the
+// other hosts reach, chosen by rank 0's own routing table (or --iface).
+func (h *head) masterAddr() (string, error) {
+	a0 := h.agents[0]
+	var peers []string
+	for _, a := range h.agents[1:] {
+		switch {
+		case a.hello.ConnAddr != "":
+			peers = append(peers, a.hello.ConnAddr)
+		case a0.hello.ClientAddr != "":
+			peers = append(peers, a0.hello.ClientAddr) // a local node: the head's host
+		}
+	}
+	if h.o.Iface == "" && len(peers) == 0 {
+		if a0.hello.ConnAddr != "" {
+			return a0.hello.ConnAddr, nil
+		}
+		return "127.0.0.1", nil // one machine
+	}
+	if err := a0.w.Send(control.TypeRoute, control.Route{Peers: peers, Iface: h.o.Iface}); err != nil {
+		return "", err
+	}
+	for e := range h.events {
+		if e.node == 0 && e.route != nil {
+			if e.route.Err != "" {
+				return "", fmt.Errorf("MASTER_ADDR on %s: %s", h.plan.Nodes[0].Host.Name, e.route.Err)
+			}
+			return e.route.Addr, nil
+		}
+		if e.err != nil && e.node == 0 {
+			return "", e.err
+		}
+	}
+	return "", errors.New("MASTER_ADDR: no answer")
 }
 
 func clip(b []byte, n int) string {
@@ -459,6 +554,7 @@ func (h *head) read(a *agentConn) {
 	defer h.readers.Done()
 	for {
 		f, err := a.r.Next()
+		a.heard.Store(time.Now().UnixNano())
 		if err != nil {
 			if err == io.EOF {
 				err = errors.New("its control channel closed")
@@ -495,6 +591,11 @@ func (h *head) read(a *agentConn) {
 		case control.TypeEnv:
 			ev.env = new(control.Env)
 			err = f.Decode(ev.env)
+		case control.TypeRouteRe:
+			ev.route = new(control.RouteReply)
+			err = f.Decode(ev.route)
+		case control.TypeBeat:
+			continue
 		case control.TypeError:
 			var m control.Error
 			err = f.Decode(&m)
@@ -552,33 +653,28 @@ func (h *head) printEnv() (int, error) {
 	r := h.o.PrintEnv
 	node := h.plan.Ranks[r].Node
 	a := h.agents[node]
-	l := h.launchFor(0, node, h.plan.Nodes[node], "127.0.0.1", h.agents[0].hello.FreePort)
+	l := h.launchFor(0, node, h.plan.Nodes[node], h.master, h.agents[0].hello.FreePort)
 	l.PrintEnv = r + 1
 	if err := a.w.Send(control.TypeLaunch, l); err != nil {
 		return ExitLaunch, err
 	}
-	for {
-		f, err := a.r.Next()
-		if err != nil {
-			return ExitLaunch, fmt.Errorf("agent on %s: %w", h.plan.Nodes[node].Host.Name, err)
-		}
-		switch f.Type {
-		case control.TypeEnv:
-			var e control.Env
-			if err := f.Decode(&e); err != nil {
-				return ExitLaunch, err
-			}
-			sort.Strings(e.Env)
-			for _, kv := range e.Env {
+	name := h.plan.Nodes[node].Host.Name
+	for e := range h.events {
+		switch {
+		case e.node != node:
+		case e.env != nil:
+			sort.Strings(e.env.Env)
+			for _, kv := range e.env.Env {
 				fmt.Fprintln(h.o.Stdout, kv)
 			}
 			return ExitOK, nil
-		case control.TypeError:
-			var m control.Error
-			f.Decode(&m)
-			return ExitLaunch, fmt.Errorf("agent on %s: %s", h.plan.Nodes[node].Host.Name, m.Msg)
+		case e.msg != "":
+			return ExitLaunch, fmt.Errorf("agent on %s: %s", name, e.msg)
+		case e.err != nil:
+			return ExitLaunch, fmt.Errorf("agent on %s: %w", name, e.err)
 		}
 	}
+	return ExitLaunch, errors.New("print-env: no answer")
 }
 
 // stopAgents tells every agent to shut down and waits for it, bounded.

@@ -17,6 +17,13 @@ type Starter interface {
 	StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error)
 }
 
+// Remote is implemented by an AgentProcess that reaches its agent over a
+// network: the head then exchanges heartbeats with it, since a cut link
+// can leave the connection silent rather than closed.
+type Remote interface {
+	Remote() bool
+}
+
 // AgentProcess is a running agent as the head sees it.
 type AgentProcess interface {
 	io.Reader      // the agent's control output (its stdout)

@@ -45,10 +45,13 @@ const (
 	TypeError    Type = 11 // A->H: Error
 	TypeEnv      Type = 12 // A->H: Env, the answer to a Launch with PrintEnv
 	TypeStdinAck Type = 13 // A->H: StdinAck
-	maxType      Type = 13
+	TypeBeat     Type = 14 // both: Beat, a heartbeat on an otherwise quiet channel
+	TypeRoute    Type = 15 // H->A: Route, which local address reaches these peers
+	TypeRouteRe  Type = 16 // A->H: RouteReply
+	maxType      Type = 16
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
@@ -66,6 +69,31 @@ type Hello struct {
 	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
 	GPUs     int    `json:"gpus,omitempty"`      // GPUs found on the host
 	FreePort int    `json:"free_port,omitempty"` // a port free on the agent's host, outside the ephemeral range
+	// ConnAddr is the agent host's own address on the connection the head
+	// reached it by (the server side of SSH_CONNECTION); "" when local.
+	ConnAddr string `json:"conn_addr,omitempty"`
+	// ClientAddr is the head's address on that connection (the client
+	// side of SSH_CONNECTION): an address of the head's host that this
+	// agent's host reaches.
+	ClientAddr string `json:"client_addr,omitempty"`
+	// Beat is how often the head sends heartbeats, in the head's hello;
+	// an agent that hears nothing for BeatTimeout takes the head for
+	// gone. Zero: no heartbeats (a local pipe reports EOF by itself).
+	Beat        time.Duration `json:"beat,omitempty"`
+	BeatTimeout time.Duration `json:"beat_timeout,omitempty"`
+}
+
+// Route asks an agent which of its addresses it would use to reach the
+// peers (by routing, no packet sent), or the address of Iface if set.
+type Route struct {
+	Peers []string `json:"peers"`
+	Iface string   `json:"iface,omitempty"`
+}
+
+// RouteReply answers Route.
+type RouteReply struct {
+	Addr string `json:"addr"`
+	Err  string `json:"err,omitempty"`
 }
 
 // RankSpec is one rank an agent must start.
