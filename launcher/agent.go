@@ -25,6 +25,7 @@ import (
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
+	"github.com/gorun/gorun/sshclient"
 )
 
 // AgentOptions configures [RunAgent].
@@ -62,6 +63,14 @@ type agent struct {
 	stdin     map[int]chan []byte // rank -> chunks for its stdin pipe
 
 	heard atomic.Int64 // unix nanoseconds of the last frame from the head
+
+	probe checkListener // gorun check's probe listener
+
+	kidsMu   sync.Mutex
+	kids     map[int]*kid // lower agents by node (--launch-fanout)
+	dialOnce sync.Once
+	dialer   *sshclient.Dialer
+	dialErr  error
 }
 
 // watchSilence returns a channel that fires when no frame came from the
@@ -234,6 +243,31 @@ func (a *agent) readFrames(r *control.Reader) error {
 				return err
 			}
 			a.kill(k.Grace)
+		case control.TypeCheck:
+			var q control.Check
+			if err := f.Decode(&q); err != nil {
+				return err
+			}
+			go func() { a.w.Send(control.TypeCheckRe, a.check(q)) }()
+		case control.TypeSpawn:
+			var sp control.Spawn
+			if err := f.Decode(&sp); err != nil {
+				return err
+			}
+			k := &kid{in: make(chan []byte, 1024), ready: make(chan struct{})}
+			a.kidsMu.Lock()
+			if a.kids == nil {
+				a.kids = map[int]*kid{}
+			}
+			a.kids[sp.Node] = k
+			a.kidsMu.Unlock()
+			go a.spawn(sp, k)
+		case control.TypeRelay:
+			r, err := f.Relay()
+			if err != nil {
+				return err
+			}
+			a.relayTo(r)
 		case control.TypeShutdown:
 			return errShutdown
 		default:
@@ -571,7 +605,9 @@ func (a *agent) kill(grace time.Duration) {
 }
 
 // shutdown stops every rank and orphan, waits for them, and returns.
+// Lower agents lose their connection and do the same on their hosts.
 func (a *agent) shutdown(grace time.Duration) error {
+	a.dropKids()
 	a.mu.Lock()
 	n := len(a.byPID)
 	careful := n > 0 || a.leftovers

@@ -59,7 +59,7 @@ func TestIsLocal(t *testing.T) {
 			t.Errorf("IsLocal(%q) = false", n)
 		}
 	}
-	for _, n := range []string{"10.213.77.250", "node-that-is-not-here", "192.0.2.1"} {
+	for _, n := range []string{"198.51.100.7", "node-that-is-not-here", "2001:db8::1"} {
 		if IsLocal(n) {
 			t.Errorf("IsLocal(%q) = true", n)
 		}

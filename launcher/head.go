@@ -22,6 +22,7 @@ import (
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
+	"github.com/gorun/gorun/sshclient"
 )
 
 // Exit codes of gorun itself. A job whose rank failed exits with that
@@ -56,6 +57,8 @@ type Options struct {
 	SummaryJSON   string // --summary-json file
 	Verbose       bool
 	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
+	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
+	SSH           control.SSH   // how to reach other hosts
 	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
 
 	Starter Starter   // nil = LocalStarter
@@ -82,9 +85,6 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
 	}
-	if o.Starter == nil {
-		o.Starter = &LocalStarter{Stderr: o.Stderr}
-	}
 	if len(o.Argv) == 0 && !o.DryRun && !o.DisplayMap {
 		return ExitUsage, fmt.Errorf("%w: no program to run (gorun [flags] PROGRAM [ARGS...])", ErrUsage)
 	}
@@ -104,6 +104,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 		if o.DryRun {
 			return ExitOK, nil
 		}
+	}
+	if o.Starter == nil {
+		st, err := defaultStarter(o, plan)
+		if err != nil {
+			return ExitUsage, err
+		}
+		o.Starter = st
 	}
 	if _, local := o.Starter.(*LocalStarter); local {
 		for _, n := range plan.Nodes {
@@ -126,6 +133,29 @@ func Run(ctx context.Context, o Options) (int, error) {
 	return h.run(ctx)
 }
 
+// defaultStarter starts agents on this machine locally and on other hosts
+// over SSH (the dialer is only made when some host needs it).
+func defaultStarter(o Options, plan *Plan) (Starter, error) {
+	m := &MixedStarter{Local: &LocalStarter{Stderr: o.Stderr}}
+	for _, n := range plan.Nodes {
+		if IsLocal(n.Host.Name) && n.Host.User == "" && n.Host.Port == 0 {
+			continue
+		}
+		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }
+		d, err := sshclient.NewDialer(sshOptions(o.SSH, logf))
+		if err != nil {
+			return nil, fmt.Errorf("ssh: %w", err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find gorun's own binary: %w", err)
+		}
+		m.Remote = &SSHStarter{Dialer: d, Exe: exe, Stage: o.SSH.Stage, Stderr: o.Stderr, Log: logf, ForwardAgent: o.Fanout > 0}
+		break
+	}
+	return m, nil
+}
+
 func newJobID() string {
 	var b [6]byte
 	rand.Read(b[:])
@@ -141,6 +171,7 @@ type event struct {
 	done   *control.Done
 	env    *control.Env
 	route  *control.RouteReply
+	check  *control.CheckReply
 	msg    string // TypeError text
 	err    error  // the agent's channel failed or ended (frame 0)
 }
@@ -157,6 +188,8 @@ type agentConn struct {
 	remote bool         // heartbeats are on
 	heard  atomic.Int64 // unix nanoseconds of its last frame
 	silent bool         // declared lost for silence (beat goroutine only)
+	ended  atomic.Bool  // its reader has returned
+	upAt   time.Time    // when its hello arrived
 }
 
 type head struct {
@@ -174,6 +207,9 @@ type head struct {
 	readers  sync.WaitGroup
 	firstErr *RankRecord // the first failure of the last generation
 	master   string      // MASTER_ADDR
+
+	relayMu sync.Mutex
+	relayed map[int]*relayedAgent // agents reached through others, by node
 }
 
 func (h *head) run(ctx context.Context) (int, error) {
@@ -183,25 +219,21 @@ func (h *head) run(ctx context.Context) (int, error) {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
 
-	if err := h.startAgents(ctx); err != nil {
-		h.stopAgents()
-		return ExitLaunch, err
-	}
-	h.phases.AgentsUp = time.Since(h.start)
 	mux, err := output.New(output.Options{
 		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
 		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
 		Timestamp: o.Timestamp, Dir: o.OutputDir, SameTerminal: sameFile(o.Stdout, o.Stderr),
 	})
 	if err != nil {
-		h.stopAgents()
 		return ExitUsage, fmt.Errorf("%w: --output-filename: %w", ErrUsage, err)
 	}
 	h.mux = mux
-	for _, a := range h.agents {
-		h.readers.Add(1)
-		go h.read(a)
+	defer h.mux.Close()
+	if err := h.startAgents(ctx); err != nil {
+		h.stopAgents()
+		return ExitLaunch, err
 	}
+	h.phases.AgentsUp = time.Since(h.start)
 	beatStop := make(chan struct{})
 	defer close(beatStop)
 	go h.beat(beatStop)
@@ -212,7 +244,6 @@ func (h *head) run(ctx context.Context) (int, error) {
 	if o.PrintEnv >= 0 {
 		code, err := h.printEnv()
 		h.stopAgents()
-		h.mux.Close()
 		return code, err
 	}
 	h.rec = make([]RankRecord, len(h.plan.Ranks))
@@ -425,26 +456,60 @@ func (h *head) markLost(node, gen int) {
 }
 
 // startAgents starts one agent per node in parallel and shakes hands.
+// With a launch tree (--launch-fanout K) only K agents are started by the
+// head; each agent starts the agents below it when its own is up. Each
+// agent's reader runs from its handshake on, since lower agents' streams
+// pass through it.
 func (h *head) startAgents(ctx context.Context) error {
-	h.agents = make([]*agentConn, len(h.plan.Nodes))
-	errs := make([]error, len(h.plan.Nodes))
+	n := len(h.plan.Nodes)
+	h.agents = make([]*agentConn, n)
+	h.relayed = map[int]*relayedAgent{}
+	errs := make([]error, n)
+	ready := make([]chan struct{}, n)
+	for i := range ready {
+		ready[i] = make(chan struct{})
+	}
 	var wg sync.WaitGroup
-	for i, n := range h.plan.Nodes {
+	for i, nd := range h.plan.Nodes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h.agents[i], errs[i] = h.startAgent(ctx, i, n.Host)
+			defer close(ready[i])
+			parent := fanoutParent(i, h.o.Fanout)
+			if parent < 0 || IsLocal(nd.Host.Name) {
+				p, err := h.o.Starter.StartAgent(ctx, nd.Host)
+				if err != nil {
+					errs[i] = fmt.Errorf("start the agent on %s: %w", nd.Host.Name, err)
+					return
+				}
+				h.agents[i], errs[i] = h.connect(i, nd.Host, p)
+				return
+			}
+			<-ready[parent]
+			pa := h.agents[parent]
+			if pa == nil || errs[parent] != nil {
+				errs[i] = fmt.Errorf("%s: not started: its parent in the launch tree, %s, did not start", nd.Host.Name, h.plan.Nodes[parent].Host.Name)
+				return
+			}
+			r := newRelayedAgent(i, pa)
+			h.relayMu.Lock()
+			h.relayed[i] = r
+			h.relayMu.Unlock()
+			exe, _ := os.Executable()
+			if err := pa.w.Send(control.TypeSpawn, control.Spawn{Node: i, Host: nd.Host.Name, User: nd.Host.User,
+				Port: nd.Host.Port, Exe: exe, SSH: h.o.SSH}); err != nil {
+				errs[i] = fmt.Errorf("start the agent on %s through %s: %w", nd.Host.Name, h.plan.Nodes[parent].Host.Name, err)
+				return
+			}
+			h.agents[i], errs[i] = h.connect(i, nd.Host, r)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*agentConn, error) {
-	p, err := h.o.Starter.StartAgent(ctx, host)
-	if err != nil {
-		return nil, fmt.Errorf("start the agent on %s: %w", host.Name, err)
-	}
+// connect shakes hands with a started agent and starts its reader.
+func (h *head) connect(node int, host hostfile.Host, p AgentProcess) (*agentConn, error) {
 	a := &agentConn{node: node, proc: p, w: control.NewWriter(p), r: control.NewReader(p), acks: make(chan int, stdinWindow+1)}
 	if r, ok := p.(Remote); ok && r.Remote() {
 		a.remote = true
@@ -452,7 +517,7 @@ func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*a
 	a.heard.Store(time.Now().UnixNano())
 	garbage, err := a.r.SkipPreamble()
 	if len(garbage) > 0 {
-		fmt.Fprintf(h.o.Stderr, "gorun: %s printed this before its agent started (shell start-up files?): %q\n", host.Name, clip(garbage, 200))
+		h.notef("gorun: %s printed this before its agent started (shell start-up files?): %q\n", host.Name, clip(garbage, 200))
 	}
 	if err != nil {
 		p.Kill()
@@ -468,6 +533,9 @@ func (h *head) startAgent(ctx context.Context, node int, host hostfile.Host) (*a
 		p.Kill()
 		return a, fmt.Errorf("agent on %s: %w", host.Name, err)
 	}
+	a.upAt = time.Now()
+	h.readers.Add(1)
+	go h.read(a)
 	return a, nil
 }
 
@@ -552,6 +620,7 @@ func clip(b []byte, n int) string {
 // in order, before the rank's exit is reported.
 func (h *head) read(a *agentConn) {
 	defer h.readers.Done()
+	defer a.ended.Store(true)
 	for {
 		f, err := a.r.Next()
 		a.heard.Store(time.Now().UnixNano())
@@ -559,6 +628,7 @@ func (h *head) read(a *agentConn) {
 			if err == io.EOF {
 				err = errors.New("its control channel closed")
 			}
+			h.loseSubtree(a.node, err)
 			h.events <- event{node: a.node, err: err}
 			return
 		}
@@ -591,11 +661,22 @@ func (h *head) read(a *agentConn) {
 		case control.TypeEnv:
 			ev.env = new(control.Env)
 			err = f.Decode(ev.env)
+		case control.TypeCheckRe:
+			ev.check = new(control.CheckReply)
+			err = f.Decode(ev.check)
 		case control.TypeRouteRe:
 			ev.route = new(control.RouteReply)
 			err = f.Decode(ev.route)
 		case control.TypeBeat:
 			continue
+		case control.TypeRelay:
+			if err = h.relayFrom(f); err == nil {
+				continue
+			}
+		case control.TypeSpawnErr:
+			if err = h.spawnFailed(f); err == nil {
+				continue
+			}
 		case control.TypeError:
 			var m control.Error
 			err = f.Decode(&m)
@@ -604,6 +685,7 @@ func (h *head) read(a *agentConn) {
 			err = fmt.Errorf("%w: unexpected %s frame", control.ErrProtocol, f.Type)
 		}
 		if err != nil {
+			h.loseSubtree(a.node, err)
 			h.events <- event{node: a.node, err: err}
 			return
 		}
@@ -677,39 +759,29 @@ func (h *head) printEnv() (int, error) {
 	return ExitLaunch, errors.New("print-env: no answer")
 }
 
-// stopAgents tells every agent to shut down and waits for it, bounded.
+// stopAgents tells every agent to shut down and waits for it, bounded:
+// an agent that has not closed its stream within 5 s is killed.
 func (h *head) stopAgents() {
-	var wg sync.WaitGroup
 	for _, a := range h.agents {
-		if a == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		if a != nil {
 			a.w.Send(control.TypeShutdown, nil)
 			a.proc.Close()
-			t := time.AfterFunc(5*time.Second, func() { a.proc.Kill() })
-			defer t.Stop()
-			// Drain what is left so the agent never blocks writing.
-			if h.mux == nil {
-				io.Copy(io.Discard, a.proc)
-			}
-		}()
+		}
 	}
-	wg.Wait()
-	if h.mux != nil {
-		// read() ends on EOF from each agent after Shutdown.
-		done := make(chan struct{})
-		go func() { h.readers.Wait(); close(done) }()
-		for {
-			select {
-			case <-done:
-				for _, a := range h.agents {
-					a.proc.Wait()
+	done := make(chan struct{})
+	go func() { h.readers.Wait(); close(done) }()
+	deadline := time.After(5 * time.Second)
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-h.events:
+		case <-deadline:
+			for i, a := range h.agents {
+				if a != nil && !a.ended.Load() {
+					h.notef("gorun: the agent on %s did not exit; dropping it\n", h.plan.Nodes[i].Host.Name)
+					a.proc.Kill()
 				}
-				return
-			case <-h.events:
 			}
 		}
 	}

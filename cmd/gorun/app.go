@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/config"
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/launcher/control"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -102,6 +103,14 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				},
 			},
 			{
+				Name:      "check",
+				Usage:     "preflight: reach every host, report latency, gorun version, CPUs, GPUs, the program's path and which hosts reach each other",
+				ArgsUsage: "[PROGRAM]",
+				Action: func(c *cli.Context) error {
+					return runCheck(c, stdout)
+				},
+			},
+			{
 				Name:  "config",
 				Usage: "print the merged configuration and where each value came from",
 				Action: func(c *cli.Context) error {
@@ -154,17 +163,57 @@ func loadConfig(c *cli.Context) (*config.Config, error) {
 	return cfg, nil
 }
 
+// runCheck runs `gorun check` on the job's hosts.
+func runCheck(c *cli.Context, stdout io.Writer) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	s := read(cfg)
+	src := launcher.HostSource{Hostfile: s.str("hostfile"), HostList: s.list("host"), Include: s.str("include"), Exclude: s.str("exclude")}
+	hosts, _, _, err := src.Hosts()
+	if err != nil {
+		return errExit{code: launcher.ExitUsage, err: err}
+	}
+	res, err := launcher.Check(context.Background(), launcher.CheckOptions{
+		Hosts: hosts, Program: c.Args().First(), Fanout: s.num("launch-fanout"), SSH: s.ssh(), Out: stdout, Version: version,
+	})
+	launcher.FormatCheck(stdout, res)
+	if err != nil {
+		return errExit{code: 1, err: err}
+	}
+	return nil
+}
+
+// settingsOf reads merged settings by name.
+type settingsOf struct{ cfg *config.Config }
+
+func read(cfg *config.Config) settingsOf { return settingsOf{cfg} }
+
+func (s settingsOf) list(name string) []string { v, _ := s.cfg.Get(name); return v.Values }
+func (s settingsOf) str(name string) string    { return strings.Join(s.list(name), ",") }
+func (s settingsOf) num(name string) int       { n, _ := strconv.Atoi(s.str(name)); return n }
+func (s settingsOf) on(name string) bool       { return s.str(name) == "true" }
+func (s settingsOf) dur(name string) time.Duration {
+	d, _ := time.ParseDuration(s.str(name))
+	return d
+}
+
+// ssh returns the SSH settings.
+func (s settingsOf) ssh() control.SSH {
+	return control.SSH{ConfigFile: s.str("ssh-config"), Port: s.num("ssh-port"), Identities: s.list("identity"),
+		AcceptNew: s.on("ssh-accept-new"), ConnectTimeout: s.dur("connect-timeout"), MaxHandshakes: s.num("ssh-parallel"),
+		Stage: !s.on("no-stage")}
+}
+
 // runJob turns the merged settings into launcher options and runs the job.
 func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig(c)
 	if err != nil {
 		return err
 	}
-	get := func(name string) string { s, _ := cfg.Get(name); return strings.Join(s.Values, ",") }
-	list := func(name string) []string { s, _ := cfg.Get(name); return s.Values }
-	num := func(name string) int { n, _ := strconv.Atoi(get(name)); return n }
-	dur := func(name string) time.Duration { d, _ := time.ParseDuration(get(name)); return d }
-	flag := func(name string) bool { return get(name) == "true" }
+	s := read(cfg)
+	get, list, num, dur, flag := s.str, s.list, s.num, s.dur, s.on
 	usage := func(err error) error { return errExit{code: launcher.ExitUsage, err: err} }
 
 	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude")}
@@ -188,7 +237,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usage(err)
 	}
-	for _, n := range []string{"np", "npernode", "max-restarts"} {
+	for _, n := range []string{"np", "npernode", "max-restarts", "launch-fanout", "ssh-port", "ssh-parallel"} {
 		if num(n) < 0 {
 			return usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
@@ -206,6 +255,8 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
+		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
+		SSH: s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)
 	if err != nil || code != 0 {

@@ -43,6 +43,16 @@ var settings = []setting{
 	{name: "timeout", kind: config.Duration, def: "0s", arg: "SECONDS", usage: "stop the job after `SECONDS` (or a duration such as 10m); 0 = never"},
 	{name: "max-restarts", kind: config.Int, def: "0", arg: "N", usage: "restart the whole job up to `N` times after a failure"},
 	{name: "summary-json", kind: config.String, arg: "FILE", usage: "write a JSON record of every rank and the first failure to `FILE`"},
+	{name: "ssh-config", kind: config.String, arg: "FILE", usage: "read ssh client settings from `FILE` (default ~/.ssh/config)"},
+	{name: "ssh-port", kind: config.Int, def: "0", arg: "PORT", usage: "connect to sshd on `PORT` unless the host list or ssh config says otherwise"},
+	{name: "identity", aliases: []string{"i"}, kind: config.StringList, arg: "FILE", usage: "try the private key in `FILE` first (repeatable)"},
+	{name: "ssh-accept-new", kind: config.Bool, def: "false", usage: "record the keys of hosts not yet in known_hosts (a changed key is always refused)"},
+	{name: "ssh-parallel", kind: config.Int, def: "64", arg: "N", usage: "at most `N` SSH handshakes in flight (sshd's MaxStartups throttles bursts)"},
+	{name: "connect-timeout", kind: config.Duration, def: "10s", arg: "DURATION", usage: "give up on a host that does not answer within `DURATION`"},
+	{name: "no-stage", kind: config.Bool, def: "false", usage: "do not copy gorun to hosts where it is not at the same path"},
+	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME` (default: by route to the other hosts)"},
+	{name: "launch-fanout", kind: config.Int, def: "0", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun)"},
+	{name: "heartbeat-timeout", kind: config.Duration, def: "5s", arg: "DURATION", usage: "a remote host silent this long is lost (a cut link leaves no EOF)"},
 }
 
 // schema is the config schema of the settings.

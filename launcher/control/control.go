@@ -48,10 +48,15 @@ const (
 	TypeBeat     Type = 14 // both: Beat, a heartbeat on an otherwise quiet channel
 	TypeRoute    Type = 15 // H->A: Route, which local address reaches these peers
 	TypeRouteRe  Type = 16 // A->H: RouteReply
-	maxType      Type = 16
+	TypeSpawn    Type = 17 // H->A: Spawn, start an agent below this one (--launch-fanout)
+	TypeRelay    Type = 18 // both: binary Relay, bytes of a lower agent's control stream
+	TypeSpawnErr Type = 19 // A->H: a lower agent could not start or its stream failed
+	TypeCheck    Type = 20 // H->A: Check, a preflight question
+	TypeCheckRe  Type = 21 // A->H: CheckReply
+	maxType      Type = 21
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
@@ -187,6 +192,71 @@ type StdinAck struct {
 	Bytes int `json:"bytes"`
 }
 
+// Spawn asks an agent to start the agent of another host over SSH and
+// relay its control stream (as TypeRelay frames tagged with Node), so that
+// the head holds one connection per subtree rather than one per host.
+type Spawn struct {
+	Node int    `json:"node"`
+	Host string `json:"host"`
+	User string `json:"user,omitempty"`
+	Port int    `json:"port,omitempty"`
+	Exe  string `json:"exe"` // the path of gorun the head runs
+	SSH  SSH    `json:"ssh"`
+}
+
+// SSH carries the head's SSH settings to agents that start other agents.
+type SSH struct {
+	ConfigFile     string        `json:"config_file,omitempty"`
+	Port           int           `json:"port,omitempty"`
+	Identities     []string      `json:"identities,omitempty"`
+	AcceptNew      bool          `json:"accept_new,omitempty"`
+	ConnectTimeout time.Duration `json:"connect_timeout,omitempty"`
+	MaxHandshakes  int           `json:"max_handshakes,omitempty"`
+	Stage          bool          `json:"stage,omitempty"`
+}
+
+// Relay is a chunk of a lower agent's control stream; empty Data is EOF
+// (from the head: close its input; from an agent: its output ended, and
+// Err may say why).
+type Relay struct {
+	Node int
+	Data []byte
+}
+
+// Check is `gorun check`'s question to an agent. With Program set, the
+// agent resolves it in its PATH and opens a listener for the peers' probes;
+// with Peers set, it connects to each peer's listener and says how.
+type Check struct {
+	Program string      `json:"program,omitempty"`
+	Dir     string      `json:"dir,omitempty"`
+	Peers   []CheckPeer `json:"peers,omitempty"`
+}
+
+// CheckPeer is another agent's probe listener.
+type CheckPeer struct {
+	Node int    `json:"node"`
+	Addr string `json:"addr"`
+	Port int    `json:"port"`
+}
+
+// CheckReply answers Check.
+type CheckReply struct {
+	Program    string        `json:"program,omitempty"` // the resolved path, or
+	ProgramErr string        `json:"program_err,omitempty"`
+	Port       int           `json:"port,omitempty"`  // the probe listener
+	Addrs      []string      `json:"addrs,omitempty"` // the host's addresses, by interface: "eth0=10.0.0.1"
+	Probes     []CheckResult `json:"probes,omitempty"`
+}
+
+// CheckResult is one probe of a peer.
+type CheckResult struct {
+	Node    int           `json:"node"`
+	OK      bool          `json:"ok"`
+	Iface   string        `json:"iface,omitempty"` // the local interface that reached it
+	Latency time.Duration `json:"latency,omitempty"`
+	Err     string        `json:"err,omitempty"`
+}
+
 // Output is a chunk of a rank's stdout (Stream 1) or stderr (Stream 2).
 type Output struct {
 	Rank   int
@@ -226,6 +296,14 @@ func (f Frame) Output() (Output, error) {
 		Time:   time.Unix(0, int64(binary.BigEndian.Uint64(f.Payload[5:]))),
 		Data:   f.Payload[13:],
 	}, nil
+}
+
+// Relay decodes a TypeRelay frame. Data aliases the frame's payload.
+func (f Frame) Relay() (Relay, error) {
+	if len(f.Payload) < 4 {
+		return Relay{}, fmt.Errorf("%w: short relay frame (%d bytes)", ErrProtocol, len(f.Payload))
+	}
+	return Relay{Node: int(binary.BigEndian.Uint32(f.Payload)), Data: f.Payload[4:]}, nil
 }
 
 // Stdin decodes a TypeStdin frame. Data aliases the frame's payload.
@@ -330,6 +408,23 @@ func (w *Writer) SendStdin(s Stdin) error {
 	for d := s.Data; len(d) > 0; {
 		c := d[:min(len(d), maxChunk)]
 		if err := w.send(TypeStdin, h[:], c); err != nil {
+			return err
+		}
+		d = d[len(c):]
+	}
+	return nil
+}
+
+// SendRelay sends a chunk of a lower agent's stream; empty data is EOF.
+func (w *Writer) SendRelay(r Relay) error {
+	var h [4]byte
+	binary.BigEndian.PutUint32(h[:], uint32(r.Node))
+	if len(r.Data) == 0 {
+		return w.send(TypeRelay, h[:])
+	}
+	for d := r.Data; len(d) > 0; {
+		c := d[:min(len(d), maxChunk)]
+		if err := w.send(TypeRelay, h[:], c); err != nil {
 			return err
 		}
 		d = d[len(c):]

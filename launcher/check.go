@@ -1,0 +1,292 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/launcher/control"
+)
+
+// CheckOptions configures [Check].
+type CheckOptions struct {
+	Hosts   []hostfile.Host
+	Program string // resolve this program on every host; "" = none
+	Fanout  int
+	SSH     control.SSH
+	Starter Starter // nil: local for this machine, SSH for the others
+	Out     io.Writer
+	Version string
+}
+
+// HostCheck is what `gorun check` learned about one host.
+type HostCheck struct {
+	Host       string                `json:"host"`
+	OK         bool                  `json:"ok"`
+	Err        string                `json:"error,omitempty"`
+	Latency    time.Duration         `json:"latency_ns"` // from connecting to the agent's hello
+	Version    string                `json:"version,omitempty"`
+	Cores      int                   `json:"cores,omitempty"`
+	GPUs       int                   `json:"gpus,omitempty"`
+	Program    string                `json:"program,omitempty"`
+	ProgramErr string                `json:"program_error,omitempty"`
+	Addrs      []string              `json:"addrs,omitempty"`
+	Reach      []control.CheckResult `json:"reach,omitempty"`
+}
+
+// Check is `gorun check`: a preflight that starts an agent on every host in
+// parallel, as a job would, and reports per host how long that took, the
+// gorun version, CPU and GPU counts, where the program resolves, and which
+// hosts reach each other's agents over TCP on which interface. It returns
+// an error naming the hosts that failed.
+func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
+	plan, err := NewPlan(o.Hosts, PlanOptions{NPerNode: 1})
+	if err != nil {
+		return nil, err
+	}
+	ro := Options{Hosts: o.Hosts, Fanout: o.Fanout, SSH: o.SSH, Starter: o.Starter, Stderr: os.Stderr, Stdout: o.Out, Version: o.Version}
+	if ro.Starter == nil {
+		if ro.Starter, err = defaultStarter(ro, plan); err != nil {
+			return nil, err
+		}
+	}
+	h := &head{o: ro, plan: plan, events: make(chan event, 256)}
+	res := make([]HostCheck, len(plan.Nodes))
+	starts := make([]time.Time, len(plan.Nodes))
+	for i, n := range plan.Nodes {
+		res[i].Host = n.Host.Name
+		starts[i] = time.Now()
+	}
+	startErr := h.startAgents(ctx)
+	defer h.stopAgents()
+	up := 0
+	for i, a := range h.agents {
+		if a == nil || a.hello.Proto == 0 {
+			res[i].Err = "no agent"
+			continue
+		}
+		res[i].OK, res[i].Version, res[i].Cores, res[i].GPUs = true, a.hello.Version, a.hello.Cores, a.hello.GPUs
+		res[i].Latency = a.upAt.Sub(starts[i])
+		up++
+	}
+	if startErr != nil {
+		for _, e := range splitJoined(startErr) {
+			for i := range res {
+				if !res[i].OK && strings.Contains(e.Error(), res[i].Host) {
+					res[i].Err = e.Error()
+				}
+			}
+		}
+	}
+	// Phase 1: resolve the program, open probe listeners.
+	dir, _ := os.Getwd()
+	ask := func(q func(i int) *control.Check) map[int]control.CheckReply {
+		out := map[int]control.CheckReply{}
+		n := 0
+		for i, a := range h.agents {
+			if res[i].OK {
+				if c := q(i); c != nil && a.w.Send(control.TypeCheck, c) == nil {
+					n++
+				}
+			}
+		}
+		timeout := time.After(30 * time.Second)
+		for n > 0 {
+			select {
+			case e := <-h.events:
+				switch {
+				case e.check != nil:
+					out[e.node] = *e.check
+					n--
+				case e.err != nil:
+					res[e.node].OK, res[e.node].Err = false, e.err.Error()
+					n--
+				}
+			case <-timeout:
+				return out
+			}
+		}
+		return out
+	}
+	ports := ask(func(int) *control.Check { return &control.Check{Program: o.Program, Dir: dir} })
+	for i, r := range ports {
+		res[i].Program, res[i].ProgramErr, res[i].Addrs = r.Program, r.ProgramErr, r.Addrs
+		if o.Program != "" && r.ProgramErr != "" {
+			res[i].OK = false
+		}
+	}
+	// Phase 2: every agent probes every other agent's listener.
+	probes := ask(func(i int) *control.Check {
+		c := &control.Check{}
+		for j, r := range ports {
+			if j != i && r.Port != 0 {
+				addr := h.agents[j].hello.ConnAddr
+				if addr == "" {
+					addr = "127.0.0.1"
+				}
+				c.Peers = append(c.Peers, control.CheckPeer{Node: j, Addr: addr, Port: r.Port})
+			}
+		}
+		return c
+	})
+	for i, r := range probes {
+		res[i].Reach = r.Probes
+		sort.Slice(res[i].Reach, func(a, b int) bool { return res[i].Reach[a].Node < res[i].Reach[b].Node })
+		for _, p := range r.Probes {
+			if !p.OK {
+				res[i].OK = false
+			}
+		}
+	}
+	var bad []string
+	for _, r := range res {
+		if !r.OK {
+			bad = append(bad, r.Host)
+		}
+	}
+	if len(bad) > 0 {
+		return res, fmt.Errorf("%d of %d hosts failed the check: %s", len(bad), len(res), strings.Join(bad, ", "))
+	}
+	return res, nil
+}
+
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// FormatCheck prints check results as a table.
+func FormatCheck(w io.Writer, res []HostCheck) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "host\tstatus\tagent up\tgorun\tcpus\tgpus\tprogram\treaches")
+	for i, r := range res {
+		status := "ok"
+		if !r.OK {
+			status = "FAILED"
+		}
+		prog := r.Program
+		if r.ProgramErr != "" {
+			prog = r.ProgramErr
+		}
+		var reach []string
+		for _, p := range r.Reach {
+			name := res[p.Node].Host
+			if p.OK {
+				reach = append(reach, fmt.Sprintf("%s via %s (%s)", name, p.Iface, p.Latency.Round(10*time.Microsecond)))
+			} else {
+				reach = append(reach, fmt.Sprintf("%s NOT: %s", name, p.Err))
+			}
+		}
+		lat := "-"
+		if r.Latency > 0 {
+			lat = r.Latency.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Host, status, lat, r.Version, r.Cores, r.GPUs, prog, strings.Join(reach, "; "))
+		_ = i
+	}
+	tw.Flush()
+	for _, r := range res {
+		if r.Err != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Host, r.Err)
+		}
+	}
+}
+
+// checkListener is the agent's probe listener for `gorun check`.
+type checkListener struct {
+	mu sync.Mutex
+	l  net.Listener
+}
+
+// check answers a Check from the head.
+func (a *agent) check(q control.Check) control.CheckReply {
+	var rep control.CheckReply
+	if q.Program != "" {
+		path, _, msg := a.resolve(control.Launch{Argv: []string{q.Program}, Dir: q.Dir}, os.Environ())
+		rep.Program, rep.ProgramErr = path, msg
+	}
+	if q.Peers == nil {
+		a.probe.mu.Lock()
+		if a.probe.l == nil {
+			if l, err := net.Listen("tcp", ":0"); err == nil {
+				a.probe.l = l
+				go func() {
+					for {
+						c, err := l.Accept()
+						if err != nil {
+							return
+						}
+						c.Write([]byte("gorun\n"))
+						c.Close()
+					}
+				}()
+			}
+		}
+		if a.probe.l != nil {
+			rep.Port = a.probe.l.Addr().(*net.TCPAddr).Port
+		}
+		a.probe.mu.Unlock()
+		ifs, _ := net.Interfaces()
+		for _, ifc := range ifs {
+			addrs, _ := ifc.Addrs()
+			for _, ad := range addrs {
+				if n, ok := ad.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+					rep.Addrs = append(rep.Addrs, ifc.Name+"="+n.IP.String())
+				}
+			}
+		}
+		return rep
+	}
+	var wg sync.WaitGroup
+	rep.Probes = make([]control.CheckResult, len(q.Peers))
+	for i, p := range q.Peers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := control.CheckResult{Node: p.Node}
+			t := time.Now()
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(p.Addr, strconv.Itoa(p.Port)), 5*time.Second)
+			if err != nil {
+				r.Err = err.Error()
+			} else {
+				buf := make([]byte, 6)
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "gorun\n" {
+					r.Err = fmt.Sprintf("no gorun agent answered at %s:%d", p.Addr, p.Port)
+				} else {
+					r.OK, r.Latency = true, time.Since(t)
+					r.Iface = ifaceOf(c.LocalAddr().(*net.TCPAddr).IP)
+				}
+				c.Close()
+			}
+			rep.Probes[i] = r
+		}()
+	}
+	wg.Wait()
+	return rep
+}
+
+// ifaceOf names the interface that holds ip.
+func ifaceOf(ip net.IP) string {
+	ifs, _ := net.Interfaces()
+	for _, ifc := range ifs {
+		addrs, _ := ifc.Addrs()
+		for _, ad := range addrs {
+			if n, ok := ad.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return ifc.Name
+			}
+		}
+	}
+	return ip.String()
+}

@@ -1,0 +1,177 @@
+package launcher
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/crypto/ssh"
+	sshagent "golang.org/x/crypto/ssh/agent"
+
+	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/sshclient"
+)
+
+// ErrGorunMissing means gorun is not at the head's path on a host and
+// staging was turned off.
+var ErrGorunMissing = errors.New("gorun missing")
+
+// SSHStarter starts agents on other hosts over SSH: one connection per
+// host, gorun's control protocol over the session's stdin and stdout.
+type SSHStarter struct {
+	Dialer *sshclient.Dialer
+	Exe    string    // the path of gorun that remote hosts run (the head's own)
+	Source string    // the local binary to copy when staging; "" = Exe
+	Stage  bool      // copy gorun over when it is not at Exe on a host
+	Stderr io.Writer // the agents' diagnostics
+	Log    func(format string, args ...any)
+	// ForwardAgent forwards the ssh-agent at $SSH_AUTH_SOCK to the
+	// session, so that an agent that starts lower agents (a launch tree)
+	// authenticates with the user's keys without holding any.
+	ForwardAgent bool
+}
+
+var _ Starter = (*SSHStarter)(nil)
+
+// StartAgent connects to host and starts `gorun agent` there.
+func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
+	c, err := s.Dialer.Dial(ctx, host.Name, host.User, host.Port)
+	if err != nil {
+		return nil, err
+	}
+	path := s.Exe
+	if s.Stage {
+		var staged bool
+		src := s.Source
+		if src == "" {
+			src = s.Exe
+		}
+		path, staged, err = sshclient.Stage(ctx, c, src, s.Exe)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
+		}
+		if staged && s.Log != nil {
+			s.Log("%s: gorun is not at %s there; using a copy in %s", host.Name, s.Exe, path)
+		}
+	} else if err := run(c, "test -x "+shellQuote(path)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: %w: %s is not there (no shared file system?); without --no-stage gorun copies itself", host.Name, ErrGorunMissing, path)
+	}
+	sess, err := c.NewSession()
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: open a session: %w", host.Name, err)
+	}
+	if s.ForwardAgent {
+		if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
+			if err := sshagent.ForwardToRemote(c, sock); err == nil {
+				sshagent.RequestAgentForwarding(sess)
+			}
+		}
+	}
+	in, err1 := sess.StdinPipe()
+	out, err2 := sess.StdoutPipe()
+	errp, err3 := sess.StderrPipe()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: %w", host.Name, err)
+	}
+	// exec: the login shell is replaced, so that the agent is the session's
+	// process and sshd's EOF reaches it.
+	if err := sess.Start("exec " + shellQuote(path) + " agent --host " + shellQuote(host.Name)); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
+	}
+	a := &sshAgent{c: c, sess: sess, in: in, out: out}
+	a.relay.Add(1)
+	go func() {
+		defer a.relay.Done()
+		sc := bufio.NewScanner(errp)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "gorun") {
+				line = "gorun: " + host.Name + ": " + line
+			}
+			fmt.Fprintln(s.Stderr, line)
+		}
+	}()
+	return a, nil
+}
+
+// run runs a command on c and returns its error.
+func run(c *ssh.Client, cmd string) error {
+	sess, err := c.NewSession()
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	return sess.Run(cmd)
+}
+
+type sshAgent struct {
+	c     *ssh.Client
+	sess  *ssh.Session
+	in    io.WriteCloser
+	out   io.Reader
+	relay sync.WaitGroup
+	once  sync.Once
+}
+
+func (a *sshAgent) Read(p []byte) (int, error)  { return a.out.Read(p) }
+func (a *sshAgent) Write(p []byte) (int, error) { return a.in.Write(p) }
+func (a *sshAgent) Close() error                { return a.in.Close() }
+func (a *sshAgent) Remote() bool                { return true }
+
+// Wait waits for the agent to end and closes the connection.
+func (a *sshAgent) Wait() error {
+	err := a.sess.Wait()
+	a.relay.Wait()
+	a.once.Do(func() { a.c.Close() })
+	var ee *ssh.ExitMissingError
+	if errors.As(err, &ee) {
+		return nil // the connection went first: the agent saw EOF
+	}
+	return err
+}
+
+// Kill drops the connection: sshd closes the agent's stdin, and the agent
+// stops its ranks.
+func (a *sshAgent) Kill() error {
+	a.once.Do(func() { a.c.Close() })
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:@%+,", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// MixedStarter starts agents for hosts that are this machine locally and
+// the others with Remote.
+type MixedStarter struct {
+	Local  Starter
+	Remote Starter
+}
+
+// StartAgent picks the starter by the host's name.
+func (m *MixedStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
+	if IsLocal(host.Name) && host.User == "" && host.Port == 0 {
+		return m.Local.StartAgent(ctx, host)
+	}
+	if m.Remote == nil {
+		return nil, fmt.Errorf("%w: host %s is not this machine and no remote starter is set", ErrUsage, host.Name)
+	}
+	return m.Remote.StartAgent(ctx, host)
+}
