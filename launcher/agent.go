@@ -134,6 +134,12 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	// A write to the control channel after the head is gone must be an
+	// error, not death by SIGPIPE before the ranks are stopped. Caught,
+	// not ignored: an ignored SIGPIPE would be inherited by the ranks.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	defer signal.Stop(sigs)
 	frames := make(chan error, 1)
 	go func() { frames <- a.readFrames(r) }()

@@ -189,7 +189,9 @@ type agentConn struct {
 	heard  atomic.Int64 // unix nanoseconds of its last frame
 	silent bool         // declared lost for silence (beat goroutine only)
 	ended  atomic.Bool  // its reader has returned
-	upAt   time.Time    // when its hello arrived
+	// lostWhy says why the head dropped the agent (silence), if it did.
+	lostWhy atomic.Value
+	upAt    time.Time // when its hello arrived
 }
 
 type head struct {
@@ -565,7 +567,7 @@ func (h *head) beat(stop chan struct{}) {
 				if last := time.Unix(0, a.heard.Load()); now.Sub(last) > timeout && !a.silent {
 					a.silent = true
 					// Kill ends the connection: read() reports the loss.
-					h.notef("gorun: heard nothing from the agent on %s for %v (host down, or its link cut)\n", h.plan.Nodes[a.node].Host.Name, now.Sub(last).Round(time.Millisecond))
+					a.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
 					a.proc.Kill()
 				}
 			}
@@ -625,7 +627,9 @@ func (h *head) read(a *agentConn) {
 		f, err := a.r.Next()
 		a.heard.Store(time.Now().UnixNano())
 		if err != nil {
-			if err == io.EOF {
+			if why, ok := a.lostWhy.Load().(string); ok {
+				err = errors.New(why)
+			} else if err == io.EOF {
 				err = errors.New("its control channel closed")
 			}
 			h.loseSubtree(a.node, err)
