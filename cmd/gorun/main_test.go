@@ -19,7 +19,9 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	downCluster()
+	os.Exit(code)
 }
 
 // gorunCommand returns a command that runs gorun with args.

@@ -1,0 +1,410 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/testhosts"
+)
+
+// The SSH tests run gorun against real OpenSSH servers in network
+// namespaces (package testhosts). The hosts share the file system except
+// /tmp, /run and /dev/shm, as a cluster with an NFS home does; so these
+// tests run a gorun binary built into /var/tmp (the test binary itself
+// cannot be the agent there: sshd does not pass GORUN_TEST_MAIN on).
+
+var (
+	clusterOnce sync.Once
+	cluster     *testhosts.Cluster
+	clusterErr  error
+	gorunBin    string
+	binDir      string
+)
+
+// sharedCluster returns 4 hosts of 4 slots, up for the whole test binary.
+func sharedCluster(t *testing.T) *testhosts.Cluster {
+	t.Helper()
+	if err := testhosts.Check(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%v (CI is set: the SSH tests must run)", err)
+		}
+		t.Skipf("no SSH test hosts here: %v", err)
+	}
+	clusterOnce.Do(func() {
+		if binDir, clusterErr = os.MkdirTemp("/var/tmp", "gorun-test-"); clusterErr != nil {
+			return
+		}
+		gorunBin = filepath.Join(binDir, "gorun")
+		out, err := exec.Command("go", "build", "-o", gorunBin, ".").CombinedOutput()
+		if err != nil {
+			clusterErr = fmt.Errorf("build gorun: %v\n%s", err, out)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cluster, clusterErr = testhosts.Up(ctx, testhosts.Options{Hosts: 4, Slots: 4})
+	})
+	if clusterErr != nil {
+		t.Fatal(clusterErr)
+	}
+	return cluster
+}
+
+// downCluster is called by TestMain after the tests.
+func downCluster() {
+	if cluster != nil {
+		cluster.Down()
+	}
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// runBin runs the built gorun binary bin with args.
+func runBin(t *testing.T, bin string, limit time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("gorun %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// onCluster runs gorun with the cluster's ssh config and hostfile.
+func onCluster(t *testing.T, c *testhosts.Cluster, limit time.Duration, args ...string) result {
+	t.Helper()
+	return runBin(t, gorunBin, limit, append([]string{"--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile}, args...)...)
+}
+
+func TestSSHJob(t *testing.T) {
+	c := sharedCluster(t)
+	for _, fanout := range []string{"0", "2"} {
+		t.Run("fanout "+fanout, func(t *testing.T) {
+			r := onCluster(t, c, 60*time.Second, "--launch-fanout", fanout, "-np", "16", "--tag-output", "sh", "-c",
+				`echo "host=$(hostname) rank=$RANK local=$LOCAL_RANK node=$NODE_RANK world=$WORLD_SIZE master=$MASTER_ADDR"`)
+			if r.code != 0 {
+				t.Fatalf("exit %d\n%s", r.code, r.stderr)
+			}
+			for rank := range 16 {
+				h := rank / 4
+				want := fmt.Sprintf("[h%d:%d] host=h%d rank=%d local=%d node=%d world=16 master=%s", h+1, rank, h+1, rank, rank%4, h, c.Hosts[0].IP)
+				if !strings.Contains(r.stdout, want+"\n") {
+					t.Errorf("stdout lacks %q:\n%s", want, r.stdout)
+				}
+			}
+		})
+	}
+}
+
+// Remote output arrives byte for byte, in order.
+func TestSSHOutputLossless(t *testing.T) {
+	c := sharedCluster(t)
+	blob := make([]byte, 20<<20)
+	rand.Read(blob)
+	f := filepath.Join(binDir, "blob")
+	if err := os.WriteFile(f, blob, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, gorunBin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h2", "cat", f)
+	if r.code != 0 || sha256.Sum256([]byte(r.stdout)) != sha256.Sum256(blob) {
+		t.Fatalf("exit %d, %d bytes (want %d identical)\n%s", r.code, len(r.stdout), len(blob), r.stderr)
+	}
+}
+
+// A rank killed on the third host ends the job at once, naming it, and
+// nothing of the job survives on any host.
+func TestSSHRankKilled(t *testing.T) {
+	c := sharedCluster(t)
+	mark := newMark(t)
+	r := onCluster(t, c, 30*time.Second, "-np", "16", "-x", "GORUN_TEST_MARK="+mark, "sh", "-c",
+		`if [ "$RANK" = 9 ]; then sleep 0.5; kill -9 $$; fi; sleep 60 & wait`)
+	if r.code != 128+9 {
+		t.Errorf("exit %d, want 137\n%s", r.code, r.stderr)
+	}
+	for _, w := range []string{"rank 9 on h3", "SIGKILL"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+		}
+	}
+	if r.elapsed > 2500*time.Millisecond {
+		t.Errorf("the job took %v; want it over within 2 s of the kill", r.elapsed)
+	}
+	assertNoSurvivors(t, mark, time.Second)
+}
+
+// gorun killed with SIGKILL: every agent and rank on every host is gone
+// within 5 seconds.
+func TestSSHHeadKilled(t *testing.T) {
+	c := sharedCluster(t)
+	mark := newMark(t)
+	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
+		"-x", "GORUN_TEST_MARK="+mark, "sh", "-c", `sleep 100 & setsid sleep 101 & sleep 102`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(t, mark, 8*4, 20*time.Second)
+	cmd.Process.Kill()
+	cmd.Wait()
+	assertNoSurvivors(t, mark, 5*time.Second)
+}
+
+// Ctrl-C reaches ranks on every host; a second Ctrl-C kills them.
+func TestSSHInterrupts(t *testing.T) {
+	c := sharedCluster(t)
+	mark := newMark(t)
+	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
+		"-x", "GORUN_TEST_MARK="+mark, "sh", "-c", `trap 'echo int-$RANK' INT; while :; do sleep 0.05; done`)
+	out := &lockedWriter{w: new(bytes.Buffer)}
+	cmd.Stdout = out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(t, mark, 8, 20*time.Second)
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	deadline := time.Now().Add(5 * time.Second)
+	for strings.Count(out.String(), "int-") < 8 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := strings.Count(out.String(), "int-"); n != 8 {
+		t.Errorf("%d of 8 ranks saw the first SIGINT:\n%s", n, out.String())
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("exit %d, want 130", code)
+	}
+	assertNoSurvivors(t, mark, time.Second)
+}
+
+// Hosts that cannot be used are named, with the cause, within the connect
+// timeout, and no rank runs anywhere.
+func TestSSHHostErrors(t *testing.T) {
+	c := sharedCluster(t)
+	dir := t.TempDir()
+	conf, err := os.ReadFile(c.SSHConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A config whose known_hosts is empty, and one whose key is not authorised.
+	emptyKH := filepath.Join(dir, "known_hosts")
+	os.WriteFile(emptyKH, nil, 0o600)
+	unknownConf := filepath.Join(dir, "unknown.conf")
+	os.WriteFile(unknownConf, bytes.ReplaceAll(conf, []byte(c.KnownHosts), []byte(emptyKH)), 0o600)
+	otherKey := filepath.Join(dir, "id_other")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", otherKey).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v %s", err, out)
+	}
+	wrongKeyConf := filepath.Join(dir, "wrongkey.conf")
+	os.WriteFile(wrongKeyConf, bytes.ReplaceAll(conf, []byte(c.Key), []byte(otherKey)), 0o600)
+	prefix := strings.TrimSuffix(c.Subnet, ".0/24")
+	hostsMissing := filepath.Join(dir, "hosts")
+	os.WriteFile(hostsMissing, []byte("h1 slots=1\nh2 slots=1\n"+prefix+".200 slots=1\n"), 0o644)
+
+	tests := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"unreachable", []string{"--ssh-config", c.SSHConfig, "--hostfile", hostsMissing, "--connect-timeout", "2s"},
+			[]string{prefix + ".200", "unreachable"}},
+		{"unknown host key", []string{"--ssh-config", unknownConf, "-H", "h1,h2"},
+			[]string{"h1: host key unknown", "--ssh-accept-new"}},
+		{"wrong key", []string{"--ssh-config", wrongKeyConf, "-H", "h3"},
+			[]string{"h3", "auth"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mark := newMark(t)
+			args := append(tt.args, "-x", "GORUN_TEST_MARK="+mark, "sleep", "30")
+			r := runBin(t, gorunBin, 30*time.Second, args...)
+			if r.code != 125 {
+				t.Errorf("exit %d, want 125\n%s", r.code, r.stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(r.stderr, w) {
+					t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+				}
+			}
+			if r.elapsed > 8*time.Second {
+				t.Errorf("took %v", r.elapsed)
+			}
+			assertNoSurvivors(t, mark, time.Second)
+		})
+	}
+	t.Run("accept new, refuse changed", func(t *testing.T) {
+		r := runBin(t, gorunBin, 30*time.Second, "--ssh-config", unknownConf, "-H", "h1,h2", "--ssh-accept-new", "hostname")
+		if r.code != 0 {
+			t.Fatalf("exit %d\n%s", r.code, r.stderr)
+		}
+		kh, _ := os.ReadFile(emptyKH)
+		if !bytes.Contains(kh, []byte("h1")) || !bytes.Contains(kh, []byte("h2")) {
+			t.Fatalf("known_hosts after --ssh-accept-new:\n%s", kh)
+		}
+		if r := runBin(t, gorunBin, 30*time.Second, "--ssh-config", unknownConf, "-H", "h1", "hostname"); r.code != 0 {
+			t.Fatalf("second run, keys known: exit %d\n%s", r.code, r.stderr)
+		}
+		// Record h3's key under h1's names: h1's key has "changed".
+		all, _ := os.ReadFile(c.KnownHosts)
+		var h3 string
+		for _, l := range strings.Split(string(all), "\n") {
+			if strings.HasPrefix(l, "h3") {
+				h3 = l[strings.IndexByte(l, ' '):]
+			}
+		}
+		os.WriteFile(emptyKH, []byte("h1"+h3+"\n"), 0o600)
+		r = runBin(t, gorunBin, 30*time.Second, "--ssh-config", unknownConf, "-H", "h1", "--ssh-accept-new", "hostname")
+		if r.code != 125 || !strings.Contains(r.stderr, "h1") || !strings.Contains(strings.ToLower(r.stderr), "changed") {
+			t.Fatalf("changed key: exit %d\n%s", r.code, r.stderr)
+		}
+	})
+}
+
+// A program missing on one host fails the job before anything runs long,
+// naming the host.
+func TestSSHProgramMissingOnOneHost(t *testing.T) {
+	c := sharedCluster(t)
+	ctx := context.Background()
+	// /tmp is node-local: the script exists on h1 only.
+	if out, err := c.Exec(ctx, "h1", "sh", "-c", `printf '#!/bin/sh\nsleep 30\n' > /tmp/gorun-only-on-h1 && chmod +x /tmp/gorun-only-on-h1`).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	mark := newMark(t)
+	r := onCluster(t, c, 30*time.Second, "-np", "4", "-N", "1", "-x", "GORUN_TEST_MARK="+mark, "/tmp/gorun-only-on-h1")
+	if r.code != 127 || !regexp.MustCompile(`rank [123] on h[234] could not start: /tmp/gorun-only-on-h1: no such file`).MatchString(r.stderr) {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+	assertNoSurvivors(t, mark, time.Second)
+}
+
+// gorun copies itself to hosts where it is not at the same path, unless
+// --no-stage.
+func TestSSHStaging(t *testing.T) {
+	c := sharedCluster(t)
+	// The head's /tmp is not the hosts' /tmp.
+	dir, err := os.MkdirTemp("/tmp", "gorun-stage-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "gorun")
+	data, _ := os.ReadFile(gorunBin)
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runBin(t, bin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1,h2", "hostname")
+	if r.code != 0 || !strings.Contains(r.stdout, "h1") || !strings.Contains(r.stdout, "h2") {
+		t.Fatalf("staged run: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "using a copy") {
+		t.Errorf("gorun did not say it staged itself:\n%s", r.stderr)
+	}
+	r = runBin(t, bin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1", "--no-stage", "hostname")
+	if r.code != 125 || !strings.Contains(r.stderr, "h1") || !strings.Contains(r.stderr, "gorun missing") {
+		t.Errorf("--no-stage: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func TestSSHCheck(t *testing.T) {
+	c := sharedCluster(t)
+	r := onCluster(t, c, 60*time.Second, "check", "hostname")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, h := range c.Hosts {
+		line := regexp.MustCompile(`(?m)^` + h.Name + `\s+ok\s+\d+ms\s+\S+\s+\d+\s+\d+\s+/usr/bin/hostname\s+(.*)$`).FindStringSubmatch(r.stdout)
+		if line == nil || strings.Count(line[1], "via eth0") != 3 {
+			t.Errorf("%s: no good line in:\n%s", h.Name, r.stdout)
+		}
+	}
+	ctx := context.Background()
+	c.Exec(ctx, "h4", "sh", "-c", `printf '#!/bin/sh\n' > /tmp/gorun-check-prog && chmod +x /tmp/gorun-check-prog`).Run()
+	r = onCluster(t, c, 60*time.Second, "check", "/tmp/gorun-check-prog")
+	if r.code == 0 || !strings.Contains(r.stderr, "h1, h2, h3") {
+		t.Errorf("a program missing on h1-h3: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A host whose link is cut mid-job is named as lost and the job ends;
+// nothing survives on the others, nor on it once its agent notices.
+func TestSSHLinkCut(t *testing.T) {
+	if err := testhosts.Check(); err == nil {
+		sharedCluster(t) // builds gorunBin
+	}
+	c := testhosts.Start(t, testhosts.Options{Hosts: 3, Slots: 2})
+	mark := newMark(t)
+	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "--heartbeat-timeout", "2s",
+		"-x", "GORUN_TEST_MARK="+mark, "sleep", "60")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(t, mark, 6, 20*time.Second)
+	if err := c.SetLink("h2", false); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("gorun did not end after h2's link was cut")
+	}
+	t.Logf("gorun ended %v after the cut", time.Since(cut))
+	if code := cmd.ProcessState.ExitCode(); code != 125 || !strings.Contains(errb.String(), "h2") || !strings.Contains(errb.String(), "link cut") {
+		t.Errorf("exit %d\n%s", code, errb.String())
+	}
+	// h2's agent hears no heartbeat either and stops its ranks.
+	assertNoSurvivors(t, mark, 6*time.Second)
+	c.SetLink("h2", true)
+}
+
+func TestSSHTorchDDP(t *testing.T) {
+	c := sharedCluster(t)
+	requireTorch(t)
+	script, _ := filepath.Abs("../../examples/torch/ddp_train.py")
+	r := runBin(t, gorunBin, 180*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", "/usr/bin/python3", script)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
+	hashes := regexp.MustCompile(`rank (\d)/4 weights sha256=([0-9a-f]+)`).FindAllStringSubmatch(r.stdout, -1)
+	if len(hashes) != 4 {
+		t.Fatalf("want 4 result lines:\n%s", r.stdout)
+	}
+	for _, h := range hashes[1:] {
+		if h[2] != hashes[0][2] {
+			t.Fatalf("ranks disagree on the weights:\n%s", r.stdout)
+		}
+	}
+}
