@@ -23,6 +23,7 @@ type Rank struct {
 	RestartCount   int    // how many times the job was restarted before this start
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none
+	Dir            string // the rank's working directory: PWD, so that it agrees; "" = leave PWD
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -117,6 +118,9 @@ func Vars(r Rank) []string {
 	}
 	if r.AgentSocket != "" {
 		v = append(v, "GORUN_AGENT_SOCKET="+r.AgentSocket)
+	}
+	if r.Dir != "" {
+		v = append(v, "PWD="+r.Dir)
 	}
 	sort.Strings(v)
 	return v

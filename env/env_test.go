@@ -20,8 +20,8 @@ func lookupIn(env []string) func(string) (string, bool) {
 func TestBuild(t *testing.T) {
 	t.Parallel()
 	r := Rank{JobID: "j1", Rank: 5, WorldSize: 8, LocalRank: 1, LocalWorldSize: 4, NodeRank: 1, NodeCount: 2,
-		Host: "n2", MasterAddr: "10.0.0.1", MasterPort: 23456, RestartCount: 2, MaxRestarts: 3, AgentSocket: "/run/a.sock"}
-	base := []string{"PATH=/bin", "RANK=99", "HOME=/root", "MASTER_PORT=1"}
+		Host: "n2", MasterAddr: "10.0.0.1", MasterPort: 23456, RestartCount: 2, MaxRestarts: 3, AgentSocket: "/run/a.sock", Dir: "/work"}
+	base := []string{"PATH=/bin", "RANK=99", "HOME=/root", "MASTER_PORT=1", "PWD=/root"}
 	got := Build(base, r, []string{"MASTER_PORT=29500", "FOO=bar"})
 	want := map[string]string{
 		"PATH": "/bin", "HOME": "/root", "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4",

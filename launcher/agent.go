@@ -290,7 +290,7 @@ func (a *agent) launch(l control.Launch) {
 			JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
-			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts,
+			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir,
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {

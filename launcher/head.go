@@ -484,6 +484,7 @@ func (h *head) startAgents(ctx context.Context) error {
 					errs[i] = fmt.Errorf("start the agent on %s: %w", nd.Host.Name, err)
 					return
 				}
+				h.connected(time.Since(h.start))
 				h.agents[i], errs[i] = h.connect(i, nd.Host, p)
 				return
 			}
@@ -504,10 +505,19 @@ func (h *head) startAgents(ctx context.Context) error {
 				return
 			}
 			h.agents[i], errs[i] = h.connect(i, nd.Host, r)
+			h.connected(time.Since(h.start))
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// connected records that an agent's process runs; the phase ends with
+// the last.
+func (h *head) connected(d time.Duration) {
+	h.relayMu.Lock()
+	defer h.relayMu.Unlock()
+	h.phases.Connected = max(h.phases.Connected, d)
 }
 
 // connect shakes hands with a started agent and starts its reader.

@@ -72,7 +72,8 @@ func (r *RankRecord) describe() string {
 
 // Phases are the job's milestones, measured from gorun's start.
 type Phases struct {
-	AgentsUp     time.Duration `json:"agents_up_ns"`
+	Connected    time.Duration `json:"connected_ns"` // every agent's process started (SSH connected, gorun staged)
+	AgentsUp     time.Duration `json:"agents_up_ns"` // every agent said hello
 	RanksStarted time.Duration `json:"ranks_started_ns"`
 	AllExited    time.Duration `json:"all_exited_ns"`
 }

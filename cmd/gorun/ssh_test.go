@@ -408,3 +408,77 @@ func TestSSHTorchDDP(t *testing.T) {
 		}
 	}
 }
+
+// MASTER_ADDR is rank 0's address toward the other hosts; --iface picks
+// an interface instead.
+func TestSSHMasterAddr(t *testing.T) {
+	c := sharedCluster(t)
+	for _, tt := range []struct {
+		iface, want string
+	}{{"", c.Hosts[0].IP}, {"lo", "127.0.0.1"}, {"eth0", c.Hosts[0].IP}} {
+		args := []string{"--print-env", "5", "-np", "8"}
+		if tt.iface != "" {
+			args = append(args, "--iface", tt.iface)
+		}
+		r := onCluster(t, c, 30*time.Second, append(args, "true")...)
+		if out := "\n" + r.stdout; r.code != 0 || !strings.Contains(out, "\nMASTER_ADDR="+tt.want+"\n") || !strings.Contains(out, "\nGORUN_HOSTNAME=h2\n") {
+			t.Errorf("--iface %q: exit %d, want MASTER_ADDR=%s for rank 5 on h2\n%s%s", tt.iface, r.code, tt.want, r.stdout, r.stderr)
+		}
+	}
+}
+
+// In a launch tree, lower agents authenticate with the user's ssh-agent,
+// forwarded by gorun: no key file is named anywhere.
+func TestSSHFanoutAgentForwarding(t *testing.T) {
+	c := sharedCluster(t)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	agent := exec.Command("ssh-agent", "-D", "-a", sock)
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Process.Kill()
+	for i := 0; i < 100; i++ {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	env := append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	add := exec.Command("ssh-add", c.Key)
+	add.Env = env
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v %s", err, out)
+	}
+	conf, _ := os.ReadFile(c.SSHConfig)
+	var kept []string
+	for _, l := range strings.Split(string(conf), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && (strings.EqualFold(f[0], "IdentityFile") || strings.EqualFold(f[0], "IdentitiesOnly")) {
+			continue
+		}
+		kept = append(kept, l)
+	}
+	// Lower agents read the ssh config at the same path: it must be on the
+	// shared file system (the cluster's state dir is visible on every host).
+	noKeys := filepath.Join(c.Dir, "ssh_config.nokeys")
+	os.WriteFile(noKeys, []byte(strings.Join(kept, "\n")), 0o600)
+	defer os.Remove(noKeys)
+	// The hosts' HOME is shared: make sure no default key there could
+	// stand in for the agent.
+	for _, k := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
+		if _, err := os.Stat(filepath.Join(os.Getenv("HOME"), ".ssh", k)); err == nil {
+			t.Skipf("~/.ssh/%s exists: this test needs the agent to be the only key", k)
+		}
+	}
+	cmd := exec.Command(gorunBin, "--ssh-config", noKeys, "--hostfile", c.Hostfile, "--launch-fanout", "1", "-np", "4", "-N", "1", "hostname")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, h := range c.Hosts {
+		if !strings.Contains(string(out), h.Name+"\n") {
+			t.Errorf("no output from %s:\n%s", h.Name, out)
+		}
+	}
+}
