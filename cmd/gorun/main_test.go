@@ -57,11 +57,17 @@ func runGorunIn(t *testing.T, dir string, environ []string, limit time.Duration,
 	cmd := gorunCommand(ctx, args...)
 	cmd.Dir = dir
 	cmd.Env = append(cmd.Env, environ...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
 	if in != nil {
 		cmd.Stdin = bytes.NewReader(in)
 	}
+	return runCmd(t, ctx, cmd, limit)
+}
+
+// runCmd runs a gorun command made with ctx to its end.
+func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd, limit time.Duration) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
@@ -71,10 +77,10 @@ func runGorunIn(t *testing.T, dir string, environ []string, limit time.Duration,
 	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
 	default:
-		t.Fatalf("gorun %v: %v", args, err)
+		t.Fatalf("gorun %v: %v", cmd.Args[1:], err)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, r.stdout, r.stderr)
+		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", cmd.Args[1:], limit, r.stdout, r.stderr)
 	}
 	return r
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -78,24 +77,7 @@ func runBin(t *testing.T, bin string, limit time.Duration, args ...string) resul
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("gorun %v: %v", args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", args, limit, r.stdout, r.stderr)
-	}
-	return r
+	return runCmd(t, ctx, exec.CommandContext(ctx, bin, args...), limit)
 }
 
 // onCluster runs gorun with the cluster's ssh config and hostfile.
