@@ -15,6 +15,7 @@ import (
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/topology"
 )
 
 // CheckOptions configures [Check].
@@ -26,6 +27,8 @@ type CheckOptions struct {
 	Starter Starter // nil: local for this machine, SSH for the others
 	Out     io.Writer
 	Version string
+	// BeatTimeout: a remote host silent this long is lost; 0 = 5 s.
+	BeatTimeout time.Duration
 }
 
 // HostCheck is what `gorun check` learned about one host.
@@ -53,13 +56,15 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 	if err != nil {
 		return nil, err
 	}
-	ro := Options{Hosts: o.Hosts, Fanout: o.Fanout, SSH: o.SSH, Starter: o.Starter, Stderr: os.Stderr, Stdout: o.Out, Version: o.Version}
+	ro := Options{Hosts: o.Hosts, Fanout: o.Fanout, SSH: absPaths(o.SSH), Starter: o.Starter, Stderr: os.Stderr, Stdout: o.Out,
+		Version: o.Version, BeatTimeout: o.BeatTimeout}
 	if ro.Starter == nil {
 		if ro.Starter, err = defaultStarter(ro, plan); err != nil {
 			return nil, err
 		}
 	}
-	h := &head{o: ro, plan: plan, events: make(chan event, 256)}
+	h := &head{o: ro, plan: plan, events: make(chan event, 256), done: make(chan struct{})}
+	defer close(h.done)
 	res := make([]HostCheck, len(plan.Nodes))
 	starts := make([]time.Time, len(plan.Nodes))
 	for i, n := range plan.Nodes {
@@ -74,7 +79,7 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 			res[i].Err = "no agent"
 			continue
 		}
-		res[i].OK, res[i].Version, res[i].Cores, res[i].GPUs = true, a.hello.Version, a.hello.Cores, a.hello.GPUs
+		res[i].OK, res[i].Version, res[i].Cores = true, a.hello.Version, a.hello.Cores
 		res[i].Latency = a.upAt.Sub(starts[i])
 		up++
 	}
@@ -119,7 +124,7 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 	}
 	ports := ask(func(int) *control.Check { return &control.Check{Program: o.Program, Dir: dir} })
 	for i, r := range ports {
-		res[i].Program, res[i].ProgramErr, res[i].Addrs = r.Program, r.ProgramErr, r.Addrs
+		res[i].Program, res[i].ProgramErr, res[i].Addrs, res[i].GPUs = r.Program, r.ProgramErr, r.Addrs, r.GPUs
 		if o.Program != "" && r.ProgramErr != "" {
 			res[i].OK = false
 		}
@@ -130,6 +135,11 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 		for j, r := range ports {
 			if j != i && r.Port != 0 {
 				addr := h.agents[j].hello.ConnAddr
+				if addr == "" {
+					// j is this machine: i reaches it at the address i's
+					// own connection came from, if i is remote.
+					addr = h.agents[i].hello.ClientAddr
+				}
 				if addr == "" {
 					addr = "127.0.0.1"
 				}
@@ -212,6 +222,9 @@ type checkListener struct {
 // check answers a Check from the head.
 func (a *agent) check(q control.Check) control.CheckReply {
 	var rep control.CheckReply
+	if q.Peers == nil {
+		rep.GPUs = topology.LocalGPUs()
+	}
 	if q.Program != "" {
 		path, _, msg := a.resolve(control.Launch{Argv: []string{q.Program}, Dir: q.Dir}, os.Environ())
 		rep.Program, rep.ProgramErr = path, msg

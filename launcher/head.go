@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -105,6 +106,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 			return ExitOK, nil
 		}
 	}
+	o.SSH = absPaths(o.SSH)
 	if o.Starter == nil {
 		st, err := defaultStarter(o, plan)
 		if err != nil {
@@ -129,8 +131,30 @@ func Run(ctx context.Context, o Options) (int, error) {
 	for _, name := range missing {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}
-	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), events: make(chan event, 256)}
+	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), events: make(chan event, 256), done: make(chan struct{})}
+	defer close(h.done)
 	return h.run(ctx)
+}
+
+// absPaths makes the SSH settings' file names absolute: agents of a launch
+// tree read them on other hosts, where a relative name means another file.
+func absPaths(s control.SSH) control.SSH {
+	abs := func(p string) string {
+		if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
+			return p
+		}
+		if a, err := filepath.Abs(p); err == nil {
+			return a
+		}
+		return p
+	}
+	s.ConfigFile = abs(s.ConfigFile)
+	ids := make([]string, len(s.Identities))
+	for i, id := range s.Identities {
+		ids[i] = abs(id)
+	}
+	s.Identities = ids
+	return s
 }
 
 // defaultStarter starts agents on this machine locally and on other hosts
@@ -187,7 +211,6 @@ type agentConn struct {
 	acks   chan int
 	remote bool         // heartbeats are on
 	heard  atomic.Int64 // unix nanoseconds of its last frame
-	silent bool         // declared lost for silence (beat goroutine only)
 	ended  atomic.Bool  // its reader has returned
 	// lostWhy says why the head dropped the agent (silence), if it did.
 	lostWhy atomic.Value
@@ -212,6 +235,8 @@ type head struct {
 
 	relayMu sync.Mutex
 	relayed map[int]*relayedAgent // agents reached through others, by node
+
+	done chan struct{} // closed when the head is finished: heartbeats stop
 }
 
 func (h *head) run(ctx context.Context) (int, error) {
@@ -236,9 +261,6 @@ func (h *head) run(ctx context.Context) (int, error) {
 		return ExitLaunch, err
 	}
 	h.phases.AgentsUp = time.Since(h.start)
-	beatStop := make(chan struct{})
-	defer close(beatStop)
-	go h.beat(beatStop)
 	if h.master, err = h.masterAddr(); err != nil {
 		h.stopAgents()
 		return ExitLaunch, err
@@ -481,7 +503,10 @@ func (h *head) startAgents(ctx context.Context) error {
 			if parent < 0 || IsLocal(nd.Host.Name) {
 				p, err := h.o.Starter.StartAgent(ctx, nd.Host)
 				if err != nil {
-					errs[i] = fmt.Errorf("start the agent on %s: %w", nd.Host.Name, err)
+					if !strings.HasPrefix(err.Error(), nd.Host.Name+":") {
+						err = fmt.Errorf("start the agent on %s: %w", nd.Host.Name, err)
+					}
+					errs[i] = err
 					return
 				}
 				h.connected(time.Since(h.start))
@@ -548,6 +573,9 @@ func (h *head) connect(node int, host hostfile.Host, p AgentProcess) (*agentConn
 	a.upAt = time.Now()
 	h.readers.Add(1)
 	go h.read(a)
+	if a.remote {
+		go h.beat(a)
+	}
 	return a, nil
 }
 
@@ -558,28 +586,26 @@ func (h *head) beatTimeout() time.Duration {
 	return 5 * time.Second
 }
 
-// beat sends heartbeats to the remote agents and declares lost the ones
-// that went silent, until stop is closed.
-func (h *head) beat(stop chan struct{}) {
+// beat exchanges heartbeats with a remote agent from its handshake on,
+// and declares it lost when it goes silent, until the head is done.
+func (h *head) beat(a *agentConn) {
 	timeout := h.beatTimeout()
 	t := time.NewTicker(timeout / 5)
 	defer t.Stop()
 	for {
 		select {
-		case <-stop:
+		case <-h.done:
 			return
 		case now := <-t.C:
-			for _, a := range h.agents {
-				if !a.remote {
-					continue
-				}
-				a.w.Send(control.TypeBeat, nil)
-				if last := time.Unix(0, a.heard.Load()); now.Sub(last) > timeout && !a.silent {
-					a.silent = true
-					// Kill ends the connection: read() reports the loss.
-					a.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
-					a.proc.Kill()
-				}
+			if a.ended.Load() {
+				return
+			}
+			a.w.Send(control.TypeBeat, nil)
+			if last := time.Unix(0, a.heard.Load()); now.Sub(last) > timeout {
+				// Kill ends the connection: read() reports the loss.
+				a.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
+				a.proc.Kill()
+				return
 			}
 		}
 	}

@@ -177,6 +177,7 @@ func runCheck(c *cli.Context, stdout io.Writer) error {
 	}
 	res, err := launcher.Check(context.Background(), launcher.CheckOptions{
 		Hosts: hosts, Program: c.Args().First(), Fanout: s.num("launch-fanout"), SSH: s.ssh(), Out: stdout, Version: version,
+		BeatTimeout: s.dur("heartbeat-timeout"),
 	})
 	launcher.FormatCheck(stdout, res)
 	if err != nil {

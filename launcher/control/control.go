@@ -244,6 +244,7 @@ type CheckReply struct {
 	Program    string        `json:"program,omitempty"` // the resolved path, or
 	ProgramErr string        `json:"program_err,omitempty"`
 	Port       int           `json:"port,omitempty"`  // the probe listener
+	GPUs       int           `json:"gpus,omitempty"`  // GPUs on the host
 	Addrs      []string      `json:"addrs,omitempty"` // the host's addresses, by interface: "eth0=10.0.0.1"
 	Probes     []CheckResult `json:"probes,omitempty"`
 }
