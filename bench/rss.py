@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 
-from timecmp import run_once  # same runner: exact wait, per-run timeout, tree kill
+from timecmp import RSS_SHIM, run_once  # same runner: exact wait, per-run timeout, tree kill
 
 
 def main():
@@ -44,6 +44,10 @@ def main():
             argv = [a.gorun, "-np", str(a.np), "--summary-json", sj, "/bin/true"]
             if a.time:
                 argv = [a.time, "-f", "%M", "-o", tf] + argv
+            else:
+                # Not straight from Python: gorun's ru_maxrss would start at Python's
+                # peak (Linux keeps it over fork+exec); GNU time, or a forking sh, is small.
+                argv = RSS_SHIM + argv
             wall, outcome = run_once(argv, a.timeout, env, cwd=tmp)
             if outcome == "hang":
                 recs.append({"run": i, "outcome": "hang"})

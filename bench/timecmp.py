@@ -12,6 +12,13 @@ own session with stdin/stdout/stderr on /dev/null. A run still going after
 launchers move their daemons to other process groups) get SIGKILL, and the run is
 left out of the statistics. A run that exits non-zero is a failure, also left out.
 
+With --summary-dir DIR, the word @SUMMARY@ in a command is replaced, run by run,
+by a fresh file DIR/LABEL-RUN.json (gorun's --summary-json), and each run's record
+keeps that summary's phases and peak RSS (head, and the largest agent's). Such
+runs go through `/bin/sh -c '"$@"; exit $?'`, a small process that forks: Linux
+carries a process's peak RSS (ru_maxrss) over fork and exec, so gorun started
+straight from this Python process would report Python's ~15 MiB as its own peak.
+
 Prints one tab-separated line per command:
     label  median  min  max  mean  ok  hangs  failures    (seconds)
 and with --json writes every run's time and outcome. Python 3 standard library only.
@@ -105,6 +112,29 @@ def run_once(argv, timeout, env, cwd=None):
     return (dt, "ok") if rc == 0 else (None, f"exit {rc}")
 
 
+SUMMARY_WORD = "@SUMMARY@"
+# Runs with a summary start under a forking sh, so that the command's own
+# getrusage(RUSAGE_SELF).ru_maxrss does not start at this Python's peak RSS.
+RSS_SHIM = ["/bin/sh", "-c", '"$@"; exit $?', "sh"]
+
+
+def with_summary(argv, path):
+    """argv with SUMMARY_WORD replaced by path."""
+    return [path if w == SUMMARY_WORD else w for w in argv]
+
+
+def read_summary(path):
+    """The parts of a gorun --summary-json file that the tables use, or an error."""
+    try:
+        with open(path) as f:
+            s = json.load(f)
+        return {"phases_ns": s["phases"], "head_max_rss_kb": s["head_max_rss_kb"],
+                "agent_max_rss_kb": max((a["max_rss_kb"] for a in s.get("agents") or []), default=None),
+                "agents": len(s.get("agents") or []), "ranks": len(s.get("ranks") or [])}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return {"summary_error": str(e)}
+
+
 def stats(times):
     if not times:
         return {"median": None, "min": None, "max": None, "mean": None}
@@ -119,6 +149,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--json")
     ap.add_argument("--tag", default="", help="free text stored in the JSON")
+    ap.add_argument("--summary-dir", help=f"replace {SUMMARY_WORD} in commands by a per-run file here")
     ap.add_argument("cmds", nargs="+", metavar="LABEL=CMD")
     a = ap.parse_args()
     tools = []
@@ -130,13 +161,29 @@ def main():
     # gorun reads GORUN_* settings from the environment: keep the caller's out.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GORUN_")}
 
-    for _ in range(a.warmup):
+    def one(t, name):
+        """Runs t once; returns (seconds, outcome, summary record or None)."""
+        if not a.summary_dir or SUMMARY_WORD not in t["argv"]:
+            dt, outcome = run_once(t["argv"], a.timeout, env)
+            return dt, outcome, None
+        path = os.path.join(a.summary_dir, f"{t['label']}-{name}.json")
+        if os.path.exists(path):
+            os.unlink(path)
+        dt, outcome = run_once(RSS_SHIM + with_summary(t["argv"], path), a.timeout, env)
+        return dt, outcome, (read_summary(path) if outcome == "ok" else None)
+
+    if a.summary_dir:
+        os.makedirs(a.summary_dir, exist_ok=True)
+    for w in range(a.warmup):
         for t in tools:
-            run_once(t["argv"], a.timeout, env)
+            one(t, f"w{w}")
     for i in range(a.runs):
         for t in tools:
-            dt, outcome = run_once(t["argv"], a.timeout, env)
-            t["runs"].append({"round": i, "seconds": dt, "outcome": outcome})
+            dt, outcome, summ = one(t, str(i))
+            rec = {"round": i, "seconds": dt, "outcome": outcome}
+            if summ is not None:
+                rec["summary"] = summ
+            t["runs"].append(rec)
 
     for t in tools:
         times = [r["seconds"] for r in t["runs"] if r["outcome"] == "ok"]
