@@ -119,7 +119,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		byPID: map[int]*rankProc{},
 		stdin: map[int]chan []byte{},
 	}
-	if err := a.w.WritePreamble(); err != nil {
+	if err := a.w.WritePreamble(selfBuildID()); err != nil {
 		return err
 	}
 	host, _ := os.Hostname()
@@ -573,9 +573,7 @@ func (a *agent) done() {
 	}
 	killOrphans(time.Second, a.leftovers)
 	a.leftovers = false
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: ru.Maxrss})
+	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS()})
 }
 
 func (a *agent) signalAll(sig syscall.Signal) {

@@ -552,7 +552,7 @@ func (h *head) connect(node int, host hostfile.Host, p AgentProcess) (*agentConn
 		a.remote = true
 	}
 	a.heard.Store(time.Now().UnixNano())
-	garbage, err := a.r.SkipPreamble()
+	garbage, _, err := a.r.SkipPreamble()
 	if len(garbage) > 0 {
 		h.notef("gorun: %s printed this before its agent started (shell start-up files?): %q\n", host.Name, clip(garbage, 200))
 	}

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	sshagent "golang.org/x/crypto/ssh/agent"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/sshclient"
 )
 
@@ -38,35 +40,66 @@ type SSHStarter struct {
 
 var _ Starter = (*SSHStarter)(nil)
 
-// StartAgent connects to host and starts `gorun agent` there.
+// errNotThere means no executable gorun was at the path on the host.
+var errNotThere = errors.New("not there")
+
+// StartAgent connects to host and starts `gorun agent` there: at the
+// head's own path when the gorun there is this very build (its build id
+// comes in the agent's preamble, so nothing is hashed on the fast path),
+// else from a copy that gorun stages over the same connection.
 func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
 	c, err := s.Dialer.Dial(ctx, host.Name, host.User, host.Port)
 	if err != nil {
 		return nil, err
 	}
-	path := s.Exe
-	if s.Stage {
-		var staged bool
-		src := s.Source
-		if src == "" {
-			src = s.Exe
-		}
-		path, staged, err = sshclient.Stage(ctx, c, src, s.Exe)
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
-		}
-		if staged && s.Log != nil {
-			s.Log("%s: gorun is not at %s there; using a copy in %s", host.Name, s.Exe, path)
-		}
-	} else if err := run(c, "test -x "+shellQuote(path)); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: %w: %s is not there (no shared file system?); without --no-stage gorun copies itself", host.Name, ErrGorunMissing, path)
+	mine := selfBuildID()
+	a, id, err := s.startOn(c, host, s.Exe)
+	if err == nil && id == mine {
+		return a, nil
 	}
-	sess, err := c.NewSession()
+	if err != nil && !errors.Is(err, errNotThere) {
+		c.Close()
+		return nil, err
+	}
+	why := fmt.Sprintf("%s is not there", s.Exe)
+	if a != nil {
+		a.sess.Close() // another build: its agent sees EOF and leaves
+		why = fmt.Sprintf("the gorun at %s there is another build (%s, this is %s)", s.Exe, id, mine)
+	}
+	if !s.Stage {
+		c.Close()
+		return nil, fmt.Errorf("%s: %w: %s (no shared file system?); without --no-stage gorun copies itself", host.Name, ErrGorunMissing, why)
+	}
+	src := s.Source
+	if src == "" {
+		src = s.Exe
+	}
+	path, _, err := sshclient.Stage(ctx, c, src, s.Exe)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("%s: open a session: %w", host.Name, err)
+		return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
+	}
+	if s.Log != nil {
+		s.Log("%s: %s; using a copy in %s", host.Name, why, path)
+	}
+	a, id, err = s.startOn(c, host, path)
+	if err == nil && id != mine {
+		err = fmt.Errorf("the copy of gorun at %s reports build %s, not %s", path, id, mine)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
+	}
+	return a, nil
+}
+
+// startOn starts `path agent` in a new session on c and reads its
+// preamble. The returned agent replays what was read, so the head's
+// handshake sees the stream from its start.
+func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*sshAgent, string, error) {
+	sess, err := c.NewSession()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: open a session: %w", host.Name, err)
 	}
 	if s.ForwardAgent {
 		if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
@@ -79,16 +112,17 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 	out, err2 := sess.StdoutPipe()
 	errp, err3 := sess.StderrPipe()
 	if err := errors.Join(err1, err2, err3); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: %w", host.Name, err)
+		sess.Close()
+		return nil, "", fmt.Errorf("%s: %w", host.Name, err)
 	}
-	// exec: the login shell is replaced, so that the agent is the session's
-	// process and sshd's EOF reaches it.
-	if err := sess.Start("exec " + shellQuote(path) + " agent --host " + shellQuote(host.Name)); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
+	// sh whatever the login shell is; exec, so that the agent is the
+	// session's process and sshd's EOF reaches it; 127 when not there.
+	script := "if [ -x " + shellQuote(path) + " ]; then exec " + shellQuote(path) + " agent --host " + shellQuote(host.Name) + "; fi; exit 127"
+	if err := sess.Start("exec /bin/sh -c " + shellQuote(script)); err != nil {
+		sess.Close()
+		return nil, "", fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
-	a := &sshAgent{c: c, sess: sess, in: in, out: out}
+	a := &sshAgent{c: c, sess: sess, in: in}
 	a.relay.Add(1)
 	go func() {
 		defer a.relay.Done()
@@ -102,7 +136,20 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 			fmt.Fprintln(s.Stderr, line)
 		}
 	}()
-	return a, nil
+	r := control.NewReader(out)
+	garbage, id, err := r.SkipPreamble()
+	if err != nil {
+		werr := sess.Wait()
+		a.relay.Wait()
+		var ee *ssh.ExitError
+		if errors.As(werr, &ee) && ee.ExitStatus() == 127 {
+			return nil, "", errNotThere
+		}
+		return nil, "", fmt.Errorf("%s: gorun agent did not start (%v; it printed %q)", host.Name, err, clip(garbage, 200))
+	}
+	replay := append(append(garbage, control.Preamble+" "+id+"\n"...), r.Buffered()...)
+	a.out = io.MultiReader(bytes.NewReader(replay), out)
+	return a, id, nil
 }
 
 // run runs a command on c and returns its error.

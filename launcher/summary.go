@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -156,9 +157,7 @@ func (h *head) summarize(res result) int {
 		s.Reason, s.ExitCode, s.Message = "agent-lost", ExitLaunch, res.lost
 		fmt.Fprintf(w, "gorun: job %s failed: %s\n", h.jobID, res.lost)
 	}
-	var ru unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru)
-	s.HeadMaxRSS = ru.Maxrss
+	s.HeadMaxRSS = peakRSS()
 	for i, a := range h.agents {
 		s.Agents = append(s.Agents, AgentRecord{Host: h.plan.Nodes[i].Host.Name, PID: a.hello.PID, MaxRSS: a.maxRSS})
 	}
@@ -169,4 +168,21 @@ func (h *head) summarize(res result) int {
 		}
 	}
 	return s.ExitCode
+}
+
+// peakRSS returns this process's peak resident set in KiB (VmHWM). Unlike
+// getrusage's ru_maxrss, it does not start from the peak of whatever
+// process forked gorun (Linux carries ru_maxrss across fork and exec).
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -247,6 +247,9 @@ func (d *Dialer) handshake(ctx context.Context, t Target, jump *jumpEntry) (c *s
 	if jump == nil {
 		var nd net.Dialer
 		conn, err = nd.DialContext(hctx, "tcp", addr)
+		if tc, ok := conn.(*net.TCPConn); ok && err == nil {
+			conn = newQuickAckConn(tc)
+		}
 	} else {
 		conn, err = jump.client.DialContext(hctx, "tcp", addr)
 		if err == nil {

@@ -309,6 +309,16 @@ func TestSSHStaging(t *testing.T) {
 	if !strings.Contains(r.stderr, "using a copy") {
 		t.Errorf("gorun did not say it staged itself:\n%s", r.stderr)
 	}
+	// Another build at the same path (h3's /tmp is its own): its build id,
+	// announced in the preamble, differs, and gorun uses its own copy.
+	fake := fmt.Sprintf(`mkdir -p %s && printf '#!/bin/sh\nprintf "\\000GORUN-CONTROL fake-build\\n"\nexec cat >/dev/null\n' > %s && chmod +x %s`, dir, bin, bin)
+	if out, err := c.Exec(context.Background(), "h3", "sh", "-c", fake).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	r = runBin(t, bin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h3", "hostname")
+	if r.code != 0 || r.stdout != "h3\n" || !strings.Contains(r.stderr, "another build (fake-build") {
+		t.Errorf("another build at the path: exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
+	}
 	r = runBin(t, bin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1", "--no-stage", "hostname")
 	if r.code != 125 || !strings.Contains(r.stderr, "h1") || !strings.Contains(r.stderr, "gorun missing") {
 		t.Errorf("--no-stage: exit %d\n%s", r.code, r.stderr)

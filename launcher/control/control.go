@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 )
@@ -15,8 +16,9 @@ import (
 // Version is the protocol version this build speaks.
 const Version = 1
 
-// Preamble is written by the agent before its first frame.
-const Preamble = "\x00GORUN-CONTROL\n"
+// Preamble starts the line the agent writes before its first frame:
+// Preamble, the agent binary's build id (may be empty), a newline.
+const Preamble = "\x00GORUN-CONTROL"
 
 // MaxFrame bounds a frame's length field; longer frames are refused.
 const MaxFrame = 16 << 20
@@ -151,7 +153,7 @@ type Exited struct {
 	Signal     int       `json:"signal,omitempty"`      // the signal that killed it, 0 if none
 	Err        string    `json:"err,omitempty"`         // set when the rank could not start
 	StderrTail string    `json:"stderr_tail,omitempty"` // the last lines it wrote to stderr
-	MaxRSS     int64     `json:"max_rss_kb,omitempty"`  // peak resident set of the rank's process, KiB
+	MaxRSS     int64     `json:"max_rss_kb,omitempty"`  // ru_maxrss of the rank, KiB: Linux counts the agent's peak at fork in it
 	Stopped    bool      `json:"stopped,omitempty"`     // gorun had signalled it (Kill) before it ended
 	OOMKills   int       `json:"oom_kills,omitempty"`   // OOM kills the kernel counted while the rank ran
 }
@@ -327,11 +329,12 @@ type Writer struct {
 // NewWriter returns a Writer on w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
-// WritePreamble writes [Preamble]; agents call it once, first.
-func (w *Writer) WritePreamble() error {
+// WritePreamble writes the preamble line with the agent's build id;
+// agents call it once, first.
+func (w *Writer) WritePreamble(buildID string) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, err := io.WriteString(w.w, Preamble)
+	_, err := io.WriteString(w.w, Preamble+" "+buildID+"\n")
 	return err
 }
 
@@ -442,10 +445,11 @@ type Reader struct {
 // NewReader returns a Reader on r.
 func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 64<<10)} }
 
-// SkipPreamble reads up to and including [Preamble]. Whatever came before
-// it (at most 64 KiB) is returned, so that the caller can show it: it is
-// usually a login shell's chatter.
-func (r *Reader) SkipPreamble() (garbage []byte, err error) {
+// SkipPreamble reads up to and including the preamble line and returns
+// the agent's build id. Whatever came before it (at most 64 KiB) is
+// returned too, so that the caller can show it: it is usually a login
+// shell's chatter.
+func (r *Reader) SkipPreamble() (garbage []byte, buildID string, err error) {
 	var seen []byte
 	for {
 		b, err := r.r.ReadByte()
@@ -453,16 +457,29 @@ func (r *Reader) SkipPreamble() (garbage []byte, err error) {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return seen, err
+			return seen, "", err
 		}
 		seen = append(seen, b)
 		if bytes.HasSuffix(seen, []byte(Preamble)) {
-			return seen[:len(seen)-len(Preamble)], nil
+			line, err := r.r.ReadString('\n')
+			if err != nil {
+				return seen[:len(seen)-len(Preamble)], "", fmt.Errorf("%w: preamble line cut short: %w", ErrProtocol, err)
+			}
+			if len(line) > 256 {
+				return seen[:len(seen)-len(Preamble)], "", fmt.Errorf("%w: preamble line too long", ErrProtocol)
+			}
+			return seen[:len(seen)-len(Preamble)], strings.TrimSpace(line), nil
 		}
 		if len(seen) > maxGarbage+len(Preamble) {
-			return seen[:maxGarbage], fmt.Errorf("%w: no preamble in the first %d bytes", ErrProtocol, maxGarbage)
+			return seen[:maxGarbage], "", fmt.Errorf("%w: no preamble in the first %d bytes", ErrProtocol, maxGarbage)
 		}
 	}
+}
+
+// Buffered returns what the reader has read ahead and not yet returned.
+func (r *Reader) Buffered() []byte {
+	b, _ := r.r.Peek(r.r.Buffered())
+	return b
 }
 
 // Next reads the next frame. The payload is valid until the next call.

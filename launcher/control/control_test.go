@@ -12,7 +12,7 @@ func TestRoundTrip(t *testing.T) {
 	t.Parallel()
 	var buf bytes.Buffer
 	w := NewWriter(&buf)
-	if err := w.WritePreamble(); err != nil {
+	if err := w.WritePreamble("abc/def"); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Unix(1700000000, 123456789)
@@ -30,9 +30,9 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := NewReader(bytes.NewReader(append([]byte("motd: hello\n"), buf.Bytes()...)))
-	garbage, err := r.SkipPreamble()
-	if err != nil || string(garbage) != "motd: hello\n" {
-		t.Fatalf("SkipPreamble = %q, %v", garbage, err)
+	garbage, id, err := r.SkipPreamble()
+	if err != nil || string(garbage) != "motd: hello\n" || id != "abc/def" {
+		t.Fatalf("SkipPreamble = %q, %q, %v", garbage, id, err)
 	}
 	f, err := r.Next()
 	if err != nil || f.Type != TypeLaunch {
@@ -109,7 +109,7 @@ func TestHandshakeVersion(t *testing.T) {
 
 func TestNoPreamble(t *testing.T) {
 	t.Parallel()
-	_, err := NewReader(bytes.NewReader(bytes.Repeat([]byte("x"), maxGarbage+100))).SkipPreamble()
+	_, _, err := NewReader(bytes.NewReader(bytes.Repeat([]byte("x"), maxGarbage+100))).SkipPreamble()
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("SkipPreamble = %v, want ErrProtocol", err)
 	}
