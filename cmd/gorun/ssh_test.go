@@ -77,7 +77,16 @@ func runBin(t *testing.T, bin string, limit time.Duration, args ...string) resul
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	return runCmd(t, ctx, exec.CommandContext(ctx, bin, args...), limit)
+	return runCmd(t, ctx, sharedCommand(ctx, bin, args...), limit)
+}
+
+// sharedCommand is a command that runs in a directory every host has: the
+// ranks start in gorun's working directory, and the checkout may be under
+// /tmp, which is per host.
+func sharedCommand(ctx context.Context, bin string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = binDir
+	return cmd
 }
 
 // onCluster runs gorun with the cluster's ssh config and hostfile.
@@ -147,7 +156,7 @@ func TestSSHRankKilled(t *testing.T) {
 func TestSSHHeadKilled(t *testing.T) {
 	c := sharedCluster(t)
 	mark := newMark(t)
-	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
+	cmd := sharedCommand(context.Background(), gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
 		"-x", "GORUN_TEST_MARK="+mark, "sh", "-c", `sleep 100 & setsid sleep 101 & sleep 102`)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -162,7 +171,7 @@ func TestSSHHeadKilled(t *testing.T) {
 func TestSSHInterrupts(t *testing.T) {
 	c := sharedCluster(t)
 	mark := newMark(t)
-	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
+	cmd := sharedCommand(context.Background(), gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "-np", "8", "-N", "2",
 		"-x", "GORUN_TEST_MARK="+mark, "sh", "-c", `trap 'echo int-$RANK' INT; while :; do sleep 0.05; done`)
 	out := &lockedWriter{w: new(bytes.Buffer)}
 	cmd.Stdout = out
@@ -353,7 +362,7 @@ func TestSSHLinkCut(t *testing.T) {
 	}
 	c := testhosts.Start(t, testhosts.Options{Hosts: 3, Slots: 2})
 	mark := newMark(t)
-	cmd := exec.Command(gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "--heartbeat-timeout", "2s",
+	cmd := sharedCommand(context.Background(), gorunBin, "--ssh-config", c.SSHConfig, "--hostfile", c.Hostfile, "--heartbeat-timeout", "2s",
 		"-x", "GORUN_TEST_MARK="+mark, "sleep", "60")
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
@@ -385,7 +394,15 @@ func TestSSHLinkCut(t *testing.T) {
 func TestSSHTorchDDP(t *testing.T) {
 	c := sharedCluster(t)
 	requireTorch(t)
-	script, _ := filepath.Abs("../../examples/torch/ddp_train.py")
+	// The checkout may be in /tmp, which each host has of its own.
+	src, err := os.ReadFile("../../examples/torch/ddp_train.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(binDir, "ddp_train.py")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r := runBin(t, gorunBin, 180*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", "/usr/bin/python3", script)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", r.code, r.stdout, r.stderr)
@@ -462,7 +479,7 @@ func TestSSHFanoutAgentForwarding(t *testing.T) {
 			t.Skipf("~/.ssh/%s exists: this test needs the agent to be the only key", k)
 		}
 	}
-	cmd := exec.Command(gorunBin, "--ssh-config", noKeys, "--hostfile", c.Hostfile, "--launch-fanout", "1", "-np", "4", "-N", "1", "hostname")
+	cmd := sharedCommand(context.Background(), gorunBin, "--ssh-config", noKeys, "--hostfile", c.Hostfile, "--launch-fanout", "1", "-np", "4", "-N", "1", "hostname")
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
