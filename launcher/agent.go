@@ -58,7 +58,6 @@ type agent struct {
 	// leftovers: an ended rank's process group still had processes
 	// when it was killed, so orphans may be on their way here.
 	leftovers bool
-	exiting   bool
 	killT     *time.Timer
 	stdin     map[int]chan []byte // rank -> chunks for its stdin pipe
 

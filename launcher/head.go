@@ -55,8 +55,7 @@ type Options struct {
 	Grace         time.Duration
 	Timeout       time.Duration // 0 = none
 	MaxRestarts   int
-	SummaryJSON   string // --summary-json file
-	Verbose       bool
+	SummaryJSON   string        // --summary-json file
 	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
 	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
 	SSH           control.SSH   // how to reach other hosts
@@ -189,7 +188,6 @@ func newJobID() string {
 // event is what the head's loop reacts to.
 type event struct {
 	node   int
-	frame  control.Type
 	exited *control.Exited
 	start  *control.Started
 	done   *control.Done
@@ -672,7 +670,7 @@ func (h *head) read(a *agentConn) {
 			h.events <- event{node: a.node, err: err}
 			return
 		}
-		ev := event{node: a.node, frame: f.Type}
+		ev := event{node: a.node}
 		switch f.Type {
 		case control.TypeOutput:
 			out, err := f.Output()
