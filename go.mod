@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/BurntSushi/toml v1.6.0
+	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/kevinburke/ssh_config v1.6.0
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/crypto v0.58.0

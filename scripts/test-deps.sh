@@ -7,6 +7,7 @@ pkgs=(
   man-db groff-base  # man -l renders man/gorun.1 and man/gorun-hostfile.5 without warnings
   procps          # ps, for humans reading a failed test's log
   openssh-server  # /usr/sbin/sshd on each fake host of testhosts (SSH tests and benchmarks)
+  hwloc           # lstopo, which the topology tests compare gorun's sysfs discovery with
   openssh-client  # ssh and ssh-keygen: the testhosts client side and launcher
   iproute2        # ip: testhosts' network namespaces, bridge, veths and routes
   util-linux mount  # unshare, nsenter and mount: testhosts' UTS and mount namespaces

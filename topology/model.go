@@ -1,0 +1,152 @@
+package topology
+
+// Node is everything discovery knows about one machine. It marshals to
+// JSON as is.
+type Node struct {
+	// Packages are the physical packages (sockets), by ID.
+	Packages []Package `json:"packages"`
+	// NUMANodes are the NUMA nodes, by ID.
+	NUMANodes []NUMANode `json:"numa_nodes"`
+	// CPUs are the online logical CPUs (hardware threads), by ID.
+	CPUs []CPU `json:"cpus"`
+	// GPUs are the NVIDIA GPUs, in NVML order when NVML answered, else
+	// in PCI bus order (which is NVML's default order too).
+	GPUs []GPU `json:"gpus"`
+	// NICs are the network interfaces backed by a PCI device (virtual
+	// interfaces are left out), by PCI bus ID then name.
+	NICs []NIC `json:"nics"`
+	// PCI holds every PCI device and bridge, by bus ID
+	// ("0000:1b:00.0", lower case).
+	PCI map[string]*PCIDevice `json:"pci"`
+	// GPUSource says where the GPUs came from: "nvml" or "sysfs".
+	GPUSource string `json:"gpu_source"`
+	// Warnings are problems discovery worked around (NVML present but
+	// failing, for one).
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// Package is a physical package (socket).
+type Package struct {
+	// ID is the kernel's physical_package_id.
+	ID int `json:"id"`
+	// CPUs are the package's online logical CPUs.
+	CPUs CPUSet `json:"cpus"`
+	// Cores is the number of distinct cores in the package.
+	Cores int `json:"cores"`
+}
+
+// NUMANode is a NUMA node.
+type NUMANode struct {
+	// ID is the node number N of /sys/devices/system/node/nodeN.
+	ID int `json:"id"`
+	// CPUs are the node's CPUs (its cpulist).
+	CPUs CPUSet `json:"cpus"`
+	// MemoryBytes is the node's MemTotal.
+	MemoryBytes uint64 `json:"memory_bytes"`
+}
+
+// CPU is one logical CPU (a hardware thread).
+type CPU struct {
+	// ID is the logical CPU number.
+	ID int `json:"id"`
+	// Core is the core_id, unique within a package only.
+	Core int `json:"core"`
+	// Package is the physical_package_id.
+	Package int `json:"package"`
+	// NUMA is the NUMA node holding the CPU.
+	NUMA int `json:"numa"`
+	// Siblings are the hardware threads of the same core, this one included.
+	Siblings CPUSet `json:"siblings"`
+}
+
+// GPU is an NVIDIA GPU.
+type GPU struct {
+	// Index is NVML's index (CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID).
+	Index int `json:"index"`
+	// UUID is NVML's UUID ("GPU-..."), empty without NVML.
+	UUID string `json:"uuid,omitempty"`
+	// BusID is the PCI bus ID, lower case ("0000:1b:00.0").
+	BusID string `json:"bus_id"`
+	// NUMA is the GPU's NUMA node, -1 when unknown.
+	NUMA int `json:"numa"`
+	// CPUs are the CPUs close to the GPU (NVML's CPU affinity, else the
+	// PCI device's local_cpulist).
+	CPUs CPUSet `json:"cpus"`
+	// MemoryBytes is the GPU's memory, 0 without NVML.
+	MemoryBytes uint64 `json:"memory_bytes,omitempty"`
+	// NVLinks maps a peer GPU's index to the number of NVLinks between
+	// the two (direct links, or links that meet through NVSwitches).
+	NVLinks map[int]int `json:"nvlinks,omitempty"`
+	// P2P maps a peer GPU's index to NVML's peer-to-peer read status
+	// ("OK", "NS" not supported, ...), empty without NVML.
+	P2P map[int]string `json:"p2p,omitempty"`
+	// MIG reports whether MIG mode is enabled (current mode).
+	MIG bool `json:"mig"`
+}
+
+// NIC is a network interface backed by a PCI device: an Ethernet
+// netdev, an InfiniBand HCA port's netdev, or an RDMA device without
+// netdev.
+type NIC struct {
+	// Name is the netdev name, or the RDMA device name when it has none.
+	Name string `json:"name"`
+	// IBDevice is the RDMA device on the same PCI function ("mlx5_0"), if any.
+	IBDevice string `json:"ib_device,omitempty"`
+	// BusID is the PCI function's bus ID.
+	BusID string `json:"bus_id"`
+	// NUMA is the NIC's NUMA node, -1 when unknown.
+	NUMA int `json:"numa"`
+	// SpeedMbps is the link speed in Mb/s (netdev speed, or the IB port's
+	// rate), 0 when unknown or down.
+	SpeedMbps int `json:"speed_mbps"`
+	// Up reports whether the link is up (operstate up, or IB port ACTIVE).
+	Up bool `json:"up"`
+}
+
+// PCIDevice is a PCI function, bridge or endpoint.
+type PCIDevice struct {
+	// BusID is "domain:bus:device.function", lower case.
+	BusID string `json:"bus_id"`
+	// Class is the 24-bit class code ("0x030200").
+	Class string `json:"class"`
+	// Vendor and Device are the PCI IDs ("0x10de", "0x2330").
+	Vendor string `json:"vendor"`
+	Device string `json:"device"`
+	// NUMA is the kernel's numa_node, -1 when the firmware gives none.
+	NUMA int `json:"numa"`
+	// LocalCPUs is the device's local_cpulist.
+	LocalCPUs CPUSet `json:"local_cpus"`
+	// Parent is the bus ID of the bridge above the device, empty
+	// directly under a host bridge.
+	Parent string `json:"parent,omitempty"`
+	// HostBridge names the root complex the device sits under, as sysfs
+	// names it ("pci0000:15").
+	HostBridge string `json:"host_bridge"`
+	// Path lists the bridges from the root port down to the device's
+	// parent, root port first.
+	Path []string `json:"path,omitempty"`
+}
+
+// IsBridge reports whether the device is a PCI-to-PCI bridge (class 0x0604).
+func (d *PCIDevice) IsBridge() bool { return len(d.Class) >= 6 && d.Class[:6] == "0x0604" }
+
+// CPUsOfNUMA returns the CPUs of NUMA node id, empty when there is none.
+func (n *Node) CPUsOfNUMA(id int) CPUSet {
+	for _, m := range n.NUMANodes {
+		if m.ID == id {
+			return m.CPUs
+		}
+	}
+	return CPUSet{}
+}
+
+// NUMAOfCPUs returns the NUMA nodes whose CPUs meet set, in order.
+func (n *Node) NUMAOfCPUs(set CPUSet) []int {
+	var out []int
+	for _, m := range n.NUMANodes {
+		if !m.CPUs.Intersect(set).IsEmpty() {
+			out = append(out, m.ID)
+		}
+	}
+	return out
+}
