@@ -110,6 +110,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return runCheck(c, stdout)
 				},
 			},
+			topoCommand(stdout),
 			{
 				Name:  "config",
 				Usage: "print the merged configuration and where each value came from",

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +171,25 @@ func TestConfigFiles(t *testing.T) {
 	r = runGorunIn(t, dir, nil, 30*time.Second, nil, "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "gorun.toml:2") || !strings.Contains(r.stderr, `did you mean "tag-output"`) {
 		t.Errorf("unknown key: exit %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// gorun topo prints a recorded DGX H100-class node as nvidia-smi topo -m
+// does, and this machine's node (CPUs and NUMA nodes; no GPU here) as JSON.
+func TestTopo(t *testing.T) {
+	t.Parallel()
+	r := runGorun(t, 30*time.Second, nil, "topo", "--root", "../../topology/testdata/dgx-h100", "--nvml", "../../topology/testdata/dgx-h100/nvml.json")
+	for _, w := range []string{"GPU0\t X \tNV18", "GPU3\tNV18\tNV18\tNV18\t X \tNV18\tNV18\tNV18\tNV18\tNODE\tNODE\tNODE\tPIX\tSYS", "NIC7: mlx5_7", "56-111,168-223\t1"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("topo of the DGX fixture lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	r = runGorun(t, 30*time.Second, nil, "topo", "--json")
+	var n struct {
+		CPUs      []json.RawMessage `json:"cpus"`
+		NUMANodes []json.RawMessage `json:"numa_nodes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &n); err != nil || len(n.CPUs) != runtime.NumCPU() || len(n.NUMANodes) == 0 {
+		t.Fatalf("topo --json: %v, %d CPUs (want %d), %d NUMA nodes\n%s", err, len(n.CPUs), runtime.NumCPU(), len(n.NUMANodes), r.stdout[:min(len(r.stdout), 500)])
 	}
 }
