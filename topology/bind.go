@@ -1,0 +1,775 @@
+package topology
+
+// The binding plan: which GPU, CPUs, memory NUMA nodes and NIC each rank
+// on one node gets, and why. It is pure logic over a Node; Apply and
+// BindExec carry a plan out.
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// BindTo says what a rank is bound to.
+type BindTo string
+
+// The binding modes.
+const (
+	// BindDefault picks BindGPU when the node has visible GPUs, else
+	// BindNone; when the node is oversubscribed it binds nothing at all.
+	BindDefault BindTo = ""
+	// BindNone binds nothing: no GPU, CPUs, memory policy or NIC.
+	BindNone BindTo = "none"
+	// BindCore gives each rank CPUsPerRank (default 1) whole cores of its
+	// own.
+	BindCore BindTo = "core"
+	// BindNUMA gives each rank every CPU of a NUMA node; ranks mapped to
+	// the same node share it.
+	BindNUMA BindTo = "numa"
+	// BindPackage gives each rank every CPU of a package (socket); ranks
+	// mapped to the same package share it.
+	BindPackage BindTo = "package"
+	// BindGPU gives each rank one GPU, a block of the cores of the GPU's
+	// NUMA node of its own, memory on that node and the NIC closest to
+	// the GPU.
+	BindGPU BindTo = "gpu"
+)
+
+// ParseBindTo parses a --bind-to value: "", "none", "core", "numa",
+// "package" or "gpu" (case-insensitive; "socket" is "package").
+func ParseBindTo(s string) (BindTo, error) {
+	switch b := BindTo(strings.ToLower(strings.TrimSpace(s))); b {
+	case BindDefault, BindNone, BindCore, BindNUMA, BindPackage, BindGPU:
+		return b, nil
+	case "socket":
+		return BindPackage, nil
+	}
+	return "", fmt.Errorf("bind-to %q: want none, core, numa, package or gpu", s)
+}
+
+// The mapping policies of BindOptions.MapBy.
+const (
+	MapBySlot    = "slot"
+	MapByNUMA    = "numa"
+	MapByPackage = "package"
+)
+
+// BindOptions are the inputs of PlanBindings besides the node.
+type BindOptions struct {
+	// LocalRanks is the number of ranks on this node (at least 1).
+	LocalRanks int
+	// BindTo is the binding mode; BindDefault picks one (see BindDefault).
+	BindTo BindTo
+	// MapBy spreads the ranks over the node before BindCore, BindNUMA and
+	// BindPackage bind them: "slot" fills the cores in order (NUMA node
+	// by NUMA node), "numa" and "package" deal the ranks round-robin
+	// over the NUMA nodes or packages, each taking the next free cores
+	// there. "" is "slot" for BindCore, "numa" for BindNUMA and
+	// "package" for BindPackage. BindGPU ignores it: a rank goes where
+	// its GPU is. ppr:N:numa is the caller's: it gives LocalRanks and
+	// MapBy "numa".
+	MapBy string
+	// CPUsPerRank is --cpus-per-rank, counted in whole cores (both
+	// hardware threads of a core go to the same rank). 0 means: 1 core
+	// for BindCore; the rank's even share of its NUMA node for BindGPU.
+	// With BindGPU it caps the block: the rank gets the first
+	// CPUsPerRank cores of its share, and asking for more than the share
+	// is an error. With BindNUMA and BindPackage it only sizes the slots
+	// the ranks are mapped to.
+	CPUsPerRank int
+	// VisibleGPUs are the GPUs the job was granted (CUDA_VISIBLE_DEVICES,
+	// Slurm), as indexes into Node.GPUs (NVML order, PCI bus order
+	// without NVML); nil means all of them, an empty non-nil slice none.
+	VisibleGPUs []int
+	// Oversubscribed says the node runs more ranks than slots: with
+	// BindDefault nothing is bound; with an explicit BindTo, ranks may
+	// share GPUs, cores and CPU blocks instead of failing.
+	Oversubscribed bool
+	// UserEnv names the environment variables the user set
+	// (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES,
+	// CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, OMP_NUM_THREADS, ...):
+	// the plan never sets those.
+	UserEnv map[string]bool
+}
+
+// RankBinding is the plan for one local rank.
+type RankBinding struct {
+	// LocalRank is the rank's index on the node.
+	LocalRank int
+	// BindTo is the mode that applied: BindNone when the rank is not
+	// bound.
+	BindTo BindTo
+	// GPU is the rank's GPU, pointing into Node.GPUs; nil unless BindTo
+	// is BindGPU.
+	GPU *GPU
+	// CPUs is the rank's CPU affinity; empty means unbound.
+	CPUs CPUSet
+	// Mems are the NUMA nodes of the memory policy (MPOL_BIND): the NUMA
+	// nodes of CPUs (the GPU's node with BindGPU); nil means unbound.
+	Mems []int
+	// NUMA are the NUMA nodes CPUs lie on.
+	NUMA []int
+	// NIC is the NIC closest to the rank's GPU (or, without a GPU, to its
+	// CPUs), pointing into Node.NICs; nil when unbound or no NIC is up.
+	NIC *NIC
+	// Env is what the rank's environment gets, NAME=value, leaving out
+	// every name in BindOptions.UserEnv:
+	//   - CUDA_VISIBLE_DEVICES=<the GPU's UUID>, or its index plus
+	//     CUDA_DEVICE_ORDER=PCI_BUS_ID when the UUID is unknown (no NVML,
+	//     as in a build without cgo);
+	//   - with a GPU and a NIC with an RDMA device (InfiniBand or RoCE):
+	//     NCCL_IB_HCA==<ibdev>:1 (the leading '=' makes NCCL match the
+	//     name exactly: mlx5_1 alone also matches mlx5_10);
+	//   - with a GPU and a NIC without one: NCCL_SOCKET_IFNAME==<netdev>;
+	//   - with a NIC: UCX_NET_DEVICES=<ibdev>:1, or <netdev>;
+	//   - when bound: OMP_NUM_THREADS, the rank's CPUs divided by the
+	//     number of ranks bound to the very same set (1 at least).
+	Env []string
+	// Why explains the binding in one line.
+	Why string
+}
+
+// bindCore is one core: its online hardware threads.
+type bindCore struct {
+	cpus  CPUSet
+	first int // lowest CPU
+	numa  int
+	pkg   int
+}
+
+// nodeCores returns the node's cores ordered by NUMA node, then by their
+// lowest CPU: "consecutive" cores stay on one NUMA node even where the
+// kernel numbers CPUs across nodes alternately.
+func nodeCores(n *Node) []bindCore {
+	byKey := map[string]int{}
+	var cores []bindCore
+	for _, c := range n.CPUs {
+		key := strconv.Itoa(c.ID)
+		if !c.Siblings.IsEmpty() {
+			key = c.Siblings.String()
+		}
+		i, ok := byKey[key]
+		if !ok {
+			i = len(cores)
+			byKey[key] = i
+			cores = append(cores, bindCore{first: c.ID, numa: c.NUMA, pkg: c.Package})
+		}
+		cores[i].cpus.Add(c.ID)
+		if c.ID < cores[i].first {
+			cores[i].first, cores[i].numa, cores[i].pkg = c.ID, c.NUMA, c.Package
+		}
+	}
+	sort.Slice(cores, func(i, j int) bool {
+		if cores[i].numa != cores[j].numa {
+			return cores[i].numa < cores[j].numa
+		}
+		return cores[i].first < cores[j].first
+	})
+	return cores
+}
+
+func unionCores(cores []bindCore) CPUSet {
+	var s CPUSet
+	for _, c := range cores {
+		s = s.Union(c.cpus)
+	}
+	return s
+}
+
+// PlanBindings plans the bindings of o.LocalRanks ranks on node n, one
+// RankBinding per local rank in order.
+//
+// BindGPU (the default on a node with visible GPUs): local rank i gets
+// the i-th visible GPU in index order; more ranks than visible GPUs is an
+// error unless o.Oversubscribed (then ranks take the GPUs round-robin)
+// or another BindTo is asked for, which assigns no GPU at all. The rank's
+// CPUs are a block of whole cores of its GPU's NUMA node: the node's
+// cores split without overlap, in contiguous blocks in local rank order,
+// among the ranks whose GPUs sit on that node, the earlier ranks getting
+// one core more when the split is uneven. The GPU's own NUMA node counts,
+// not its position in the numbering (GPUs 0 and 1 of a machine may sit on
+// NUMA node 1). A GPU whose NUMA node is unknown or has no CPUs uses its
+// CPU affinity, else every CPU. With fewer cores than ranks the split
+// goes by hardware thread; with fewer CPUs than ranks it is an error
+// unless oversubscribed (then the ranks share the node's CPUs). Memory
+// is bound to the GPU's NUMA node. The NIC is the up NIC with the
+// closest link to the GPU (PIX, PXB, PHB, NODE, SYS); at equal link one
+// with an RDMA device comes first, then the faster, then the one fewer
+// earlier ranks got, then the lower index.
+//
+// BindCore, BindNUMA, BindPackage: the ranks are mapped per o.MapBy, each
+// to a slot of CPUsPerRank (default 1) consecutive whole cores, then
+// bound to the slot's cores (BindCore), NUMA nodes (BindNUMA) or
+// packages (BindPackage); memory to the NUMA nodes of those CPUs. For
+// BindCore, slots that run out of cores are an error unless
+// oversubscribed (then they wrap around and overlap); BindNUMA and
+// BindPackage share their domains by design. The NIC is an up NIC on
+// one of the rank's NUMA nodes (else any up NIC), by the same order.
+//
+// BindNone binds nothing; BindDefault with o.Oversubscribed binds nothing
+// either. Every rank's Why says which rule applied.
+func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
+	if n == nil {
+		return nil, fmt.Errorf("plan bindings: no node")
+	}
+	if o.LocalRanks < 1 {
+		return nil, fmt.Errorf("plan bindings: %d local ranks", o.LocalRanks)
+	}
+	if o.CPUsPerRank < 0 {
+		return nil, fmt.Errorf("plan bindings: --cpus-per-rank %d", o.CPUsPerRank)
+	}
+	mode, err := ParseBindTo(string(o.BindTo))
+	if err != nil {
+		return nil, fmt.Errorf("plan bindings: %w", err)
+	}
+	switch o.MapBy {
+	case "", MapBySlot, MapByNUMA, MapByPackage:
+	default:
+		return nil, fmt.Errorf("plan bindings: map-by %q: want slot, numa or package", o.MapBy)
+	}
+	visible, err := visibleGPUs(n, o.VisibleGPUs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RankBinding, o.LocalRanks)
+	for i := range out {
+		out[i] = RankBinding{LocalRank: i, BindTo: BindNone}
+	}
+	switch {
+	case mode == BindDefault && o.Oversubscribed:
+		for i := range out {
+			out[i].Why = fmt.Sprintf("not bound: the node is oversubscribed (%d local ranks); --bind-to binds anyway", o.LocalRanks)
+		}
+		return out, nil
+	case mode == BindDefault && len(visible) > 0:
+		mode = BindGPU
+	case mode == BindDefault:
+		for i := range out {
+			out[i].Why = "not bound: no GPUs visible (default); --bind-to core, numa or package binds"
+		}
+		return out, nil
+	case mode == BindNone:
+		for i := range out {
+			out[i].Why = "not bound: --bind-to none"
+		}
+		return out, nil
+	}
+	if mode == BindGPU {
+		err = planGPU(n, o, visible, out)
+	} else {
+		err = planCPU(n, o, mode, out)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkOverlap(out, mode, o.Oversubscribed); err != nil {
+		return nil, err
+	}
+	finish(n, o, out)
+	return out, nil
+}
+
+// visibleGPUs returns the indexes into n.GPUs the job may use.
+func visibleGPUs(n *Node, vis []int) ([]int, error) {
+	if vis == nil {
+		out := make([]int, len(n.GPUs))
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	seen := map[int]bool{}
+	out := make([]int, 0, len(vis))
+	for _, g := range vis {
+		if g < 0 || g >= len(n.GPUs) {
+			return nil, fmt.Errorf("plan bindings: visible GPU %d: the node has %d GPUs", g, len(n.GPUs))
+		}
+		if seen[g] {
+			return nil, fmt.Errorf("plan bindings: visible GPU %d listed twice", g)
+		}
+		seen[g] = true
+		out = append(out, g)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// gpuDomain is the CPUs a GPU's ranks split: its NUMA node's, else its
+// affinity, else every CPU.
+type gpuDomain struct {
+	label string // "NUMA 1"
+	cpus  CPUSet
+	mems  []int
+	ranks []int // local ranks, in order
+}
+
+func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
+	if len(visible) == 0 {
+		return fmt.Errorf("plan bindings: bind to gpu: the node has no visible GPUs (%d in all)", len(n.GPUs))
+	}
+	if len(out) > len(visible) && !o.Oversubscribed {
+		return fmt.Errorf("plan bindings: %d local ranks but %d visible GPUs: one rank per GPU; --bind-to core, numa, package or none runs more ranks than GPUs (without GPU assignment)",
+			len(out), len(visible))
+	}
+	var all CPUSet
+	for _, c := range n.CPUs {
+		all.Add(c.ID)
+	}
+	domains := map[string]*gpuDomain{}
+	var order []*gpuDomain
+	gpuOf := make([]int, len(out))
+	for i := range out {
+		gi := visible[i%len(visible)]
+		g := &n.GPUs[gi]
+		gpuOf[i] = gi
+		var d gpuDomain
+		switch {
+		case g.NUMA >= 0 && !n.CPUsOfNUMA(g.NUMA).IsEmpty():
+			d = gpuDomain{label: "NUMA " + strconv.Itoa(g.NUMA), cpus: n.CPUsOfNUMA(g.NUMA), mems: []int{g.NUMA}}
+		case !g.CPUs.IsEmpty():
+			d = gpuDomain{label: "GPU " + strconv.Itoa(g.Index) + "'s local CPUs", cpus: g.CPUs}
+			if g.NUMA >= 0 {
+				d.mems = []int{g.NUMA}
+			}
+		default:
+			d = gpuDomain{label: "the node", cpus: all}
+		}
+		key := d.cpus.String()
+		if domains[key] == nil {
+			domains[key] = &d
+			order = append(order, &d)
+		}
+		domains[key].ranks = append(domains[key].ranks, i)
+	}
+	cores := nodeCores(n)
+	for _, d := range order {
+		// The domain's whole cores, as units; threads when cores are too few.
+		var units []CPUSet
+		for _, c := range cores {
+			if in := c.cpus.Intersect(d.cpus); !in.IsEmpty() {
+				units = append(units, in)
+			}
+		}
+		unit := "cores"
+		k := len(d.ranks)
+		if len(units) < k {
+			unit = "CPUs"
+			units = units[:0]
+			for _, c := range d.cpus.CPUs() {
+				units = append(units, NewCPUSet(c))
+			}
+		}
+		total := len(units)
+		share := func(j int) (start, size int) {
+			q, r := total/k, total%k
+			start = j*q + min(j, r)
+			size = q
+			if j < r {
+				size++
+			}
+			return
+		}
+		for j, i := range d.ranks {
+			g := &n.GPUs[gpuOf[i]]
+			b := &out[i]
+			b.BindTo, b.GPU, b.Mems = BindGPU, g, d.mems
+			why := fmt.Sprintf("GPU %d%s is on %s", g.Index, gpuName(g), d.label)
+			if g.MIG {
+				why += " (MIG mode on)"
+			}
+			if total < k {
+				if !o.Oversubscribed {
+					return fmt.Errorf("plan bindings: %d ranks share the GPUs on %s, which has %d CPUs: fewer CPUs than ranks", k, d.label, total)
+				}
+				b.CPUs = d.cpus
+				b.Why = why + fmt.Sprintf("; all %d CPUs of %s, shared by %d ranks (oversubscribed)", total, d.label, k)
+				continue
+			}
+			start, size := share(j)
+			if o.CPUsPerRank > 0 {
+				if o.CPUsPerRank > size {
+					return fmt.Errorf("plan bindings: --cpus-per-rank %d: %s has %d %s for %d ranks (%d for local rank %d)",
+						o.CPUsPerRank, d.label, total, unit, k, size, i)
+				}
+				size = o.CPUsPerRank
+			}
+			var set CPUSet
+			for _, u := range units[start : start+size] {
+				set = set.Union(u)
+			}
+			b.CPUs = set
+			if size == 1 {
+				why += fmt.Sprintf("; %s %d of %s's %d", strings.TrimSuffix(unit, "s"), start, d.label, total)
+			} else {
+				why += fmt.Sprintf("; %s %d-%d of %s's %d", unit, start, start+size-1, d.label, total)
+			}
+			switch {
+			case k > 1:
+				why += fmt.Sprintf(" (%d ranks share it)", k)
+			default:
+				why += " (the only rank there)"
+			}
+			if o.CPUsPerRank > 0 {
+				why += fmt.Sprintf(", capped at --cpus-per-rank %d", o.CPUsPerRank)
+			}
+			b.Why = why
+		}
+	}
+	used := map[int]int{}
+	for i := range out {
+		j, cls := pickNIC(n, used, func(j int) LinkKind { return n.Link(GPURef(gpuOf[i]), NICRef(j)).Kind })
+		if j < 0 {
+			out[i].Why += "; no NIC is up"
+			continue
+		}
+		out[i].NIC = &n.NICs[j]
+		out[i].Why += fmt.Sprintf("; NIC %s %s", nicName(&n.NICs[j]), gpuNICPhrase(cls))
+	}
+	return nil
+}
+
+func gpuName(g *GPU) string {
+	if g.UUID == "" {
+		return ""
+	}
+	return " (" + g.UUID + ")"
+}
+
+func nicName(c *NIC) string {
+	if c.IBDevice != "" {
+		return c.IBDevice
+	}
+	return c.Name
+}
+
+func gpuNICPhrase(k LinkKind) string {
+	switch k {
+	case LinkPIX:
+		return "shares its PCIe switch (PIX)"
+	case LinkPXB:
+		return "is behind its PCIe switches (PXB)"
+	case LinkPHB:
+		return "shares its PCIe root complex (PHB)"
+	case LinkNODE:
+		return "is on its NUMA node (NODE)"
+	default:
+		return "is across the CPU interconnect (SYS): no closer NIC is up"
+	}
+}
+
+// pickNIC returns the up NIC with the closest link by class, then with
+// an RDMA device, then faster, then used by fewer earlier ranks, then
+// lower index; -1 when no NIC is up. It counts the pick in used.
+func pickNIC(n *Node, used map[int]int, class func(j int) LinkKind) (int, LinkKind) {
+	best, bestK := -1, LinkSYS
+	better := func(j int, k LinkKind) bool {
+		if best < 0 || k != bestK {
+			return best < 0 || k < bestK
+		}
+		a, b := &n.NICs[j], &n.NICs[best]
+		if (a.IBDevice != "") != (b.IBDevice != "") {
+			return a.IBDevice != ""
+		}
+		if a.SpeedMbps != b.SpeedMbps {
+			return a.SpeedMbps > b.SpeedMbps
+		}
+		return used[j] < used[best]
+	}
+	for j := range n.NICs {
+		if !n.NICs[j].Up {
+			continue
+		}
+		if k := class(j); better(j, k) {
+			best, bestK = j, k
+		}
+	}
+	if best >= 0 {
+		used[best]++
+	}
+	return best, bestK
+}
+
+func planCPU(n *Node, o BindOptions, mode BindTo, out []RankBinding) error {
+	cores := nodeCores(n)
+	if len(cores) == 0 {
+		return fmt.Errorf("plan bindings: bind to %s: the node lists no CPUs", mode)
+	}
+	per := max(o.CPUsPerRank, 1)
+	mapBy := o.MapBy
+	if mapBy == "" {
+		mapBy = map[BindTo]string{BindCore: MapBySlot, BindNUMA: MapByNUMA, BindPackage: MapByPackage}[mode]
+	}
+	// The groups the ranks are dealt over, each with its cores in order.
+	type group struct {
+		label string
+		cores []bindCore
+		next  int
+	}
+	var groups []*group
+	idx := map[int]*group{}
+	add := func(id int, label string, c bindCore) {
+		g := idx[id]
+		if g == nil {
+			g = &group{label: label}
+			idx[id] = g
+			groups = append(groups, g)
+		}
+		g.cores = append(g.cores, c)
+	}
+	for _, c := range cores {
+		switch mapBy {
+		case MapBySlot:
+			add(0, "the node", c)
+		case MapByNUMA:
+			add(c.numa, "NUMA "+strconv.Itoa(c.numa), c)
+		case MapByPackage:
+			add(c.pkg, "package "+strconv.Itoa(c.pkg), c)
+		}
+	}
+	sort.SliceStable(groups, func(i, j int) bool {
+		a, b := groups[i].cores[0], groups[j].cores[0]
+		if mapBy == MapByPackage {
+			return a.pkg < b.pkg
+		}
+		return a.numa < b.numa
+	})
+	how := map[string]string{MapBySlot: "mapped by slot", MapByNUMA: "mapped round-robin by NUMA node", MapByPackage: "mapped round-robin by package"}[mapBy]
+	for i := range out {
+		g := groups[i%len(groups)]
+		wrapped := false
+		if g.next+per > len(g.cores) {
+			if mode == BindCore && (!o.Oversubscribed || per > len(g.cores)) {
+				return fmt.Errorf("plan bindings: bind to core: %d local ranks of %s each do not fit: %s has %d cores for %d of them (map-by %s)",
+					len(out), plural(per, "core"), g.label, len(g.cores), countMapped(len(out), len(groups), i%len(groups)), mapBy)
+			}
+			wrapped = true
+		}
+		var slot []bindCore
+		for k := 0; k < per; k++ {
+			slot = append(slot, g.cores[(g.next+k)%len(g.cores)])
+		}
+		g.next += per
+		b := &out[i]
+		b.BindTo = mode
+		var why string
+		switch mode {
+		case BindCore:
+			b.CPUs = unionCores(slot)
+			why = fmt.Sprintf("bind to core: %s on %s, %s", plural(per, "core"), joinLabels("NUMA", n.NUMAOfCPUs(b.CPUs)), how)
+		case BindNUMA:
+			var ids []int
+			for _, c := range slot {
+				ids = appendUniq(ids, c.numa)
+			}
+			for _, id := range ids {
+				b.CPUs = b.CPUs.Union(n.CPUsOfNUMA(id))
+			}
+			why = fmt.Sprintf("bind to numa: all CPUs of %s, %s", joinLabels("NUMA", ids), how)
+		case BindPackage:
+			var ids []int
+			for _, c := range slot {
+				ids = appendUniq(ids, c.pkg)
+			}
+			for _, id := range ids {
+				for _, p := range n.Packages {
+					if p.ID == id {
+						b.CPUs = b.CPUs.Union(p.CPUs)
+					}
+				}
+			}
+			why = fmt.Sprintf("bind to package: all CPUs of %s, %s", joinLabels("package", ids), how)
+		}
+		if wrapped {
+			why += fmt.Sprintf(" (%s is full: wrapped around, oversubscribed)", g.label)
+		}
+		b.Mems = n.NUMAOfCPUs(b.CPUs)
+		b.Why = why
+	}
+	// Sharing, then NICs near the rank's NUMA nodes.
+	users := map[string]int{}
+	for i := range out {
+		users[out[i].CPUs.String()]++
+	}
+	used := map[int]int{}
+	for i := range out {
+		b := &out[i]
+		if k := users[b.CPUs.String()]; k > 1 {
+			b.Why += fmt.Sprintf("; %d ranks share it", k)
+		}
+		numas := b.Mems
+		j, cls := pickNIC(n, used, func(j int) LinkKind {
+			for _, m := range numas {
+				if n.NICs[j].NUMA == m {
+					return LinkNODE
+				}
+			}
+			return LinkSYS
+		})
+		if j < 0 {
+			b.Why += "; no NIC is up"
+			continue
+		}
+		b.NIC = &n.NICs[j]
+		if cls == LinkNODE {
+			b.Why += fmt.Sprintf("; NIC %s is on NUMA %d", nicName(b.NIC), b.NIC.NUMA)
+		} else {
+			b.Why += fmt.Sprintf("; NIC %s is across the CPU interconnect: none up on the rank's NUMA node", nicName(b.NIC))
+		}
+	}
+	return nil
+}
+
+// countMapped is how many of ranks ranks dealt round-robin over groups
+// groups land in group g.
+func countMapped(ranks, groups, g int) int {
+	c := ranks / groups
+	if g < ranks%groups {
+		c++
+	}
+	return c
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+func appendUniq(s []int, v int) []int {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+func joinLabels(kind string, ids []int) string {
+	if len(ids) == 0 {
+		return "no " + kind
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.Itoa(id)
+	}
+	if len(ids) > 1 {
+		return kind + "s " + strings.Join(s, ",")
+	}
+	return kind + " " + s[0]
+}
+
+// checkOverlap rejects CPU sets that overlap where the mode hands out
+// CPUs of a rank's own (core, gpu), unless oversubscribed.
+func checkOverlap(out []RankBinding, mode BindTo, over bool) error {
+	if over || (mode != BindCore && mode != BindGPU) {
+		return nil
+	}
+	for i := range out {
+		for j := 0; j < i; j++ {
+			if x := out[i].CPUs.Intersect(out[j].CPUs); !x.IsEmpty() {
+				return fmt.Errorf("plan bindings: local ranks %d and %d would share CPUs %s", j, i, x)
+			}
+		}
+	}
+	return nil
+}
+
+// finish fills NUMA and Env.
+func finish(n *Node, o BindOptions, out []RankBinding) {
+	users := map[string]int{}
+	for i := range out {
+		users[out[i].CPUs.String()]++
+	}
+	for i := range out {
+		b := &out[i]
+		b.NUMA = n.NUMAOfCPUs(b.CPUs)
+		var kept []string
+		set := func(name, value string) {
+			if o.UserEnv[name] {
+				kept = append(kept, name)
+				return
+			}
+			b.Env = append(b.Env, name+"="+value)
+		}
+		if g := b.GPU; g != nil {
+			if g.UUID != "" {
+				set("CUDA_VISIBLE_DEVICES", g.UUID)
+			} else {
+				set("CUDA_VISIBLE_DEVICES", strconv.Itoa(g.Index))
+				if !o.UserEnv["CUDA_VISIBLE_DEVICES"] && !o.UserEnv["CUDA_DEVICE_ORDER"] {
+					set("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+				}
+			}
+		}
+		if c := b.NIC; c != nil {
+			if b.GPU != nil {
+				if c.IBDevice != "" {
+					set("NCCL_IB_HCA", "="+c.IBDevice+":1")
+				} else {
+					set("NCCL_SOCKET_IFNAME", "="+c.Name)
+				}
+			}
+			if c.IBDevice != "" {
+				set("UCX_NET_DEVICES", c.IBDevice+":1")
+			} else {
+				set("UCX_NET_DEVICES", c.Name)
+			}
+		}
+		if !b.CPUs.IsEmpty() {
+			set("OMP_NUM_THREADS", strconv.Itoa(max(1, b.CPUs.Len()/users[b.CPUs.String()])))
+		}
+		if len(kept) > 0 {
+			b.Why += "; the user's " + strings.Join(kept, ", ") + " kept"
+		}
+	}
+}
+
+// FormatBindings writes the plan as --report-bindings shows it: per rank
+// a line with the host, local rank, GPU (index and UUID), CPUs, NUMA
+// node(s), memory NUMA nodes where they differ, and NIC, then an
+// indented line with the reason.
+func FormatBindings(w io.Writer, host string, plan []RankBinding) error {
+	var sb strings.Builder
+	for _, b := range plan {
+		fmt.Fprintf(&sb, "%s rank %d:", host, b.LocalRank)
+		if b.GPU == nil && b.CPUs.IsEmpty() {
+			sb.WriteString(" not bound\n")
+		} else {
+			if g := b.GPU; g != nil {
+				fmt.Fprintf(&sb, " GPU %d", g.Index)
+				if g.UUID != "" {
+					fmt.Fprintf(&sb, " %s", g.UUID)
+				}
+			}
+			fmt.Fprintf(&sb, " CPUs %s %s", orNA(b.CPUs.String()), joinLabels("NUMA", b.NUMA))
+			if !equalInts(b.Mems, b.NUMA) {
+				fmt.Fprintf(&sb, " mem %s", joinLabels("NUMA", b.Mems))
+			}
+			if c := b.NIC; c != nil {
+				fmt.Fprintf(&sb, " NIC %s", nicName(c))
+				if c.IBDevice != "" && c.Name != c.IBDevice {
+					fmt.Fprintf(&sb, " (%s)", c.Name)
+				}
+			}
+			sb.WriteString("\n")
+		}
+		fmt.Fprintf(&sb, "  why: %s\n", b.Why)
+	}
+	_, err := io.WriteString(w, sb.String())
+	return err
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,433 @@
+package topology
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// wantBind is one rank's expected binding: gpu -1 for none, cpus ""
+// for unbound, nic "" for none (else the RDMA device or netdev name),
+// env the whole environment in order.
+type wantBind struct {
+	gpu  int
+	cpus string
+	mems []int
+	nic  string
+	env  []string
+}
+
+func dgxUUID(i int) string { return fmt.Sprintf("GPU-6b1f0c%02d-5a1c-4d2e-9b7f-00003e9a%04d", i, i) }
+
+// dgxRank is rank -> GPU g on the DGX, with its cores and NIC mlx5_g.
+func dgxRank(g int, cpus string, omp int) wantBind {
+	nic := fmt.Sprintf("mlx5_%d", g)
+	return wantBind{gpu: g, cpus: cpus, mems: []int{g / 4}, nic: nic, env: []string{
+		"CUDA_VISIBLE_DEVICES=" + dgxUUID(g), "NCCL_IB_HCA==" + nic + ":1", "UCX_NET_DEVICES=" + nic + ":1", fmt.Sprintf("OMP_NUM_THREADS=%d", omp)}}
+}
+
+var dgx8 = []wantBind{
+	dgxRank(0, "0-13,112-125", 28), dgxRank(1, "14-27,126-139", 28),
+	dgxRank(2, "28-41,140-153", 28), dgxRank(3, "42-55,154-167", 28),
+	dgxRank(4, "56-69,168-181", 28), dgxRank(5, "70-83,182-195", 28),
+	dgxRank(6, "84-97,196-209", 28), dgxRank(7, "98-111,210-223", 28),
+}
+
+func pcieRank(g int, cpus string, numa int) wantBind {
+	return wantBind{gpu: g, cpus: cpus, mems: []int{numa}, nic: "mlx5_0", env: []string{
+		fmt.Sprintf("CUDA_VISIBLE_DEVICES=GPU-2c9e4a%02d-77d0-41c3-8e55-000051b7%04d", g, g),
+		"NCCL_IB_HCA==mlx5_0:1", "UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=8"}}
+}
+
+// cpuRank is a GPU-less rank on cpu-2s, whose only NIC is eno1.
+func cpuRank(cpus string, numa, omp int) wantBind {
+	return wantBind{gpu: -1, cpus: cpus, mems: []int{numa}, nic: "eno1",
+		env: []string{"UCX_NET_DEVICES=eno1", fmt.Sprintf("OMP_NUM_THREADS=%d", omp)}}
+}
+
+var unbound = wantBind{gpu: -1}
+
+func repeat(w wantBind, n int) []wantBind {
+	out := make([]wantBind, n)
+	for i := range out {
+		out[i] = w
+	}
+	return out
+}
+
+func TestPlanBindings(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		fixture string
+		opts    BindOptions
+		want    []wantBind
+		why     []string // substrings of rank 0's Why
+	}{
+		{
+			name: "dgx 8 ranks", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8}, want: dgx8,
+			why: []string{"GPU 0 (" + dgxUUID(0) + ") is on NUMA 0", "cores 0-13 of NUMA 0's 56 (4 ranks share it)", "NIC mlx5_0 shares its PCIe switch (PIX)"},
+		},
+		{
+			name: "dgx 8 ranks, bind-to gpu explicit", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8, BindTo: BindGPU, MapBy: "numa"}, want: dgx8,
+		},
+		{
+			name: "dgx 4 ranks on GPUs 4-7", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 4, VisibleGPUs: []int{4, 5, 6, 7}}, want: dgx8[4:],
+			why: []string{"GPU 4 (" + dgxUUID(4) + ") is on NUMA 1", "cores 0-13 of NUMA 1's 56 (4 ranks share it)", "NIC mlx5_4"},
+		},
+		{
+			// Visible GPUs come in index order whatever order they are given in.
+			name: "dgx 2 ranks on GPUs 6,1", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, VisibleGPUs: []int{6, 1}},
+			want: []wantBind{dgxRank(1, "0-55,112-167", 112), dgxRank(6, "56-111,168-223", 112)},
+			why:  []string{"cores 0-55 of NUMA 0's 56 (the only rank there)"},
+		},
+		{
+			// 56 cores over 3 ranks: 19, 19, 18.
+			name: "dgx 3 ranks uneven", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 3},
+			want: []wantBind{dgxRank(0, "0-18,112-130", 38), dgxRank(1, "19-37,131-149", 38), dgxRank(2, "38-55,150-167", 36)},
+		},
+		{
+			name: "dgx cpus-per-rank 4", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, CPUsPerRank: 4, VisibleGPUs: []int{0, 4}},
+			want: []wantBind{dgxRank(0, "0-3,112-115", 8), dgxRank(4, "56-59,168-171", 8)},
+			why:  []string{"cores 0-3 of NUMA 0's 56 (the only rank there), capped at --cpus-per-rank 4"},
+		},
+		{
+			name: "dgx user NCCL_IB_HCA", fixture: "dgx-h100",
+			opts: BindOptions{LocalRanks: 2, UserEnv: map[string]bool{"NCCL_IB_HCA": true}},
+			want: []wantBind{
+				{gpu: 0, cpus: "0-27,112-139", mems: []int{0}, nic: "mlx5_0", env: []string{"CUDA_VISIBLE_DEVICES=" + dgxUUID(0), "UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=56"}},
+				{gpu: 1, cpus: "28-55,140-167", mems: []int{0}, nic: "mlx5_1", env: []string{"CUDA_VISIBLE_DEVICES=" + dgxUUID(1), "UCX_NET_DEVICES=mlx5_1:1", "OMP_NUM_THREADS=56"}},
+			},
+			why: []string{"the user's NCCL_IB_HCA kept"},
+		},
+		{
+			name: "dgx user CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS", fixture: "dgx-h100",
+			opts: BindOptions{LocalRanks: 1, UserEnv: map[string]bool{"CUDA_VISIBLE_DEVICES": true, "OMP_NUM_THREADS": true, "NCCL_SOCKET_IFNAME": true}},
+			want: []wantBind{{gpu: 0, cpus: "0-55,112-167", mems: []int{0}, nic: "mlx5_0", env: []string{"NCCL_IB_HCA==mlx5_0:1", "UCX_NET_DEVICES=mlx5_0:1"}}},
+			why:  []string{"the user's CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS kept"},
+		},
+		{
+			name: "dgx oversubscribed default", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 16, Oversubscribed: true},
+			want: repeat(unbound, 16), why: []string{"not bound: the node is oversubscribed (16 local ranks)"},
+		},
+		{
+			name: "dgx bind-to numa assigns no GPU", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, BindTo: BindNUMA},
+			want: []wantBind{
+				{gpu: -1, cpus: "0-55,112-167", mems: []int{0}, nic: "mlx5_0", env: []string{"UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=112"}},
+				{gpu: -1, cpus: "56-111,168-223", mems: []int{1}, nic: "mlx5_4", env: []string{"UCX_NET_DEVICES=mlx5_4:1", "OMP_NUM_THREADS=112"}},
+			},
+		},
+		{
+			name: "dgx 16 ranks bind-to core", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 16, BindTo: BindCore, MapBy: "numa"},
+			want: func() []wantBind {
+				var w []wantBind
+				for i := range 16 {
+					c := i/2 + 56*(i%2)
+					nic := fmt.Sprintf("mlx5_%d", (i/2)%4+4*(i%2)) // balanced over each node's 4 HCAs
+					w = append(w, wantBind{gpu: -1, cpus: fmt.Sprintf("%d,%d", c, c+112), mems: []int{i % 2}, nic: nic,
+						env: []string{"UCX_NET_DEVICES=" + nic + ":1", "OMP_NUM_THREADS=2"}})
+				}
+				return w
+			}(),
+		},
+		{
+			// GPUs 0 and 1 sit on NUMA 1: they get NUMA 1's cores.
+			name: "pcie-4gpu 4 ranks", fixture: "pcie-4gpu", opts: BindOptions{LocalRanks: 4},
+			want: []wantBind{pcieRank(0, "8-11,24-27", 1), pcieRank(1, "12-15,28-31", 1), pcieRank(2, "0-3,16-19", 0), pcieRank(3, "4-7,20-23", 0)},
+			why:  []string{"GPU 0 (GPU-2c9e4a00-77d0-41c3-8e55-000051b70000) is on NUMA 1", "cores 0-3 of NUMA 1's 8", "NIC mlx5_0 is across the CPU interconnect (SYS)"},
+		},
+		{
+			name: "cpu-2s core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore},
+			want: []wantBind{cpuRank("0,8", 0, 2), cpuRank("1,9", 0, 2), cpuRank("2,10", 0, 2), cpuRank("3,11", 0, 2)},
+			why:  []string{"bind to core: 1 core on NUMA 0, mapped by slot", "NIC eno1 is on NUMA 0"},
+		},
+		{
+			name: "cpu-2s core map-by numa", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore, MapBy: "numa"},
+			want: []wantBind{cpuRank("0,8", 0, 2), cpuRank("4,12", 1, 2), cpuRank("1,9", 0, 2), cpuRank("5,13", 1, 2)},
+		},
+		{
+			name: "cpu-2s core cpus-per-rank 2", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore, CPUsPerRank: 2},
+			want: []wantBind{cpuRank("0-1,8-9", 0, 4), cpuRank("2-3,10-11", 0, 4), cpuRank("4-5,12-13", 1, 4), cpuRank("6-7,14-15", 1, 4)},
+			why:  []string{"bind to core: 2 cores on NUMA 0, mapped by slot"},
+		},
+		{
+			name: "cpu-2s core oversubscribed wraps", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 5, BindTo: BindCore, CPUsPerRank: 2, Oversubscribed: true},
+			want: []wantBind{cpuRank("0-1,8-9", 0, 2), cpuRank("2-3,10-11", 0, 4), cpuRank("4-5,12-13", 1, 4), cpuRank("6-7,14-15", 1, 4), cpuRank("0-1,8-9", 0, 2)},
+		},
+		{
+			name: "cpu-2s numa", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindNUMA},
+			want: []wantBind{cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4), cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4)},
+			why:  []string{"bind to numa: all CPUs of NUMA 0, mapped round-robin by NUMA node; 2 ranks share it"},
+		},
+		{
+			name: "cpu-2s numa map-by slot", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindNUMA, MapBy: "slot"},
+			want: repeat(cpuRank("0-3,8-11", 0, 2), 4),
+		},
+		{
+			name: "cpu-2s package", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindPackage},
+			want: []wantBind{cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4), cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4)},
+			why:  []string{"bind to package: all CPUs of package 0, mapped round-robin by package"},
+		},
+		{
+			name: "cpu-2s none", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindNone},
+			want: repeat(unbound, 4), why: []string{"not bound: --bind-to none"},
+		},
+		{
+			name: "cpu-2s default", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4},
+			want: repeat(unbound, 4), why: []string{"not bound: no GPUs visible (default)"},
+		},
+		{
+			name: "this-vm default", fixture: "this-vm", opts: BindOptions{LocalRanks: 2},
+			want: repeat(unbound, 2), why: []string{"not bound: no GPUs visible"},
+		},
+		{
+			name: "this-vm core", fixture: "this-vm", opts: BindOptions{LocalRanks: 2, BindTo: BindCore},
+			want: []wantBind{
+				{gpu: -1, cpus: "0", mems: []int{0}, nic: "eth0", env: []string{"UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=1"}},
+				{gpu: -1, cpus: "1", mems: []int{0}, nic: "eth0", env: []string{"UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=1"}},
+			},
+		},
+	}
+	nodes := map[string]*Node{}
+	for _, f := range []string{"dgx-h100", "pcie-4gpu", "cpu-2s", "this-vm"} {
+		nodes[f] = load(t, f)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := nodes[tt.fixture]
+			plan, err := PlanBindings(n, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPlan(t, n, plan, tt.want)
+			for _, s := range tt.why {
+				if !strings.Contains(plan[0].Why, s) {
+					t.Errorf("rank 0's Why %q lacks %q", plan[0].Why, s)
+				}
+			}
+		})
+	}
+}
+
+func checkPlan(t *testing.T, n *Node, plan []RankBinding, want []wantBind) {
+	t.Helper()
+	if len(plan) != len(want) {
+		t.Fatalf("%d bindings, want %d", len(plan), len(want))
+	}
+	for i, b := range plan {
+		w := want[i]
+		gpu := -1
+		if b.GPU != nil {
+			gpu = b.GPU.Index
+			if b.GPU != &n.GPUs[gpu] {
+				t.Errorf("rank %d: GPU does not point into the node", i)
+			}
+		}
+		nic := ""
+		if b.NIC != nil {
+			nic = nicName(b.NIC)
+		}
+		if b.LocalRank != i || gpu != w.gpu || b.CPUs.String() != w.cpus || fmt.Sprint(b.Mems) != fmt.Sprint(w.mems) ||
+			nic != w.nic || strings.Join(b.Env, " ") != strings.Join(w.env, " ") {
+			t.Errorf("rank %d: got GPU %d CPUs %q mems %v NIC %q env %q\n\t\twant GPU %d CPUs %q mems %v NIC %q env %q",
+				i, gpu, b.CPUs, b.Mems, nic, b.Env, w.gpu, w.cpus, w.mems, w.nic, w.env)
+		}
+		if got := fmt.Sprint(b.NUMA); got != fmt.Sprint(n.NUMAOfCPUs(b.CPUs)) {
+			t.Errorf("rank %d: NUMA %s for CPUs %s", i, got, b.CPUs)
+		}
+		if b.Why == "" || strings.Contains(b.Why, "\n") {
+			t.Errorf("rank %d: Why %q is not one line", i, b.Why)
+		}
+		if (b.BindTo == BindNone) != b.CPUs.IsEmpty() {
+			t.Errorf("rank %d: BindTo %q with CPUs %q", i, b.BindTo, b.CPUs)
+		}
+		// Whole cores: a bound rank holds every hardware thread of its cores.
+		for _, c := range b.CPUs.CPUs() {
+			for _, cpu := range n.CPUs {
+				if cpu.ID == c && cpu.Siblings.Intersect(b.CPUs).Len() != cpu.Siblings.Len() {
+					t.Errorf("rank %d: CPUs %s split core %s", i, b.CPUs, cpu.Siblings)
+				}
+			}
+		}
+	}
+}
+
+func TestPlanBindingsErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		fixture string
+		opts    BindOptions
+		want    []string
+	}{
+		{"dgx-h100", BindOptions{LocalRanks: 16}, []string{"16 local ranks", "8 visible GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 5, VisibleGPUs: []int{0, 1, 2, 3}}, []string{"5 local ranks", "4 visible GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 16, BindTo: BindGPU}, []string{"16 local ranks", "8 visible GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 8, CPUsPerRank: 15}, []string{"--cpus-per-rank 15", "NUMA 0 has 56 cores for 4 ranks (14 for local rank 0)"}},
+		{"dgx-h100", BindOptions{LocalRanks: 1, VisibleGPUs: []int{8}}, []string{"visible GPU 8", "8 GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 2, VisibleGPUs: []int{1, 1}}, []string{"GPU 1 listed twice"}},
+		{"dgx-h100", BindOptions{LocalRanks: 1, BindTo: BindGPU, VisibleGPUs: []int{}}, []string{"no visible GPUs"}},
+		{"cpu-2s", BindOptions{LocalRanks: 1, BindTo: BindGPU}, []string{"no visible GPUs"}},
+		{"cpu-2s", BindOptions{LocalRanks: 5, BindTo: BindCore, CPUsPerRank: 2}, []string{"5 local ranks of 2 cores", "the node has 8 cores"}},
+		{"cpu-2s", BindOptions{LocalRanks: 3, BindTo: BindCore, MapBy: "numa", CPUsPerRank: 3}, []string{"NUMA 0 has 4 cores for 2 of them"}},
+		{"cpu-2s", BindOptions{LocalRanks: 1, BindTo: BindCore, CPUsPerRank: 9, Oversubscribed: true}, []string{"the node has 8 cores"}},
+		{"cpu-2s", BindOptions{LocalRanks: 1, BindTo: "hwthread"}, []string{`bind-to "hwthread"`}},
+		{"cpu-2s", BindOptions{LocalRanks: 1, BindTo: BindCore, MapBy: "node"}, []string{`map-by "node"`}},
+		{"cpu-2s", BindOptions{LocalRanks: 0}, []string{"0 local ranks"}},
+		{"cpu-2s", BindOptions{LocalRanks: 1, CPUsPerRank: -1}, []string{"--cpus-per-rank -1"}},
+	}
+	nodes := map[string]*Node{"dgx-h100": load(t, "dgx-h100"), "cpu-2s": load(t, "cpu-2s")}
+	for _, tt := range tests {
+		_, err := PlanBindings(nodes[tt.fixture], tt.opts)
+		for _, s := range tt.want {
+			if err == nil || !strings.Contains(err.Error(), s) {
+				t.Errorf("%s %+v: error %v, want one containing %q", tt.fixture, tt.opts, err, s)
+			}
+		}
+	}
+	if _, err := PlanBindings(nil, BindOptions{LocalRanks: 1}); err == nil {
+		t.Error("PlanBindings(nil) succeeded")
+	}
+}
+
+// handNode is a small machine built by hand: 4 CPUs without SMT on NUMA
+// 0, GPUs without UUIDs (no NVML) and no PCIe paths, so every device on
+// NUMA 0 links NODE.
+func handNode(gpus []GPU, nics []NIC) *Node {
+	n := &Node{NUMANodes: []NUMANode{{ID: 0, CPUs: NewCPUSet(0, 1, 2, 3)}}, GPUs: gpus, NICs: nics,
+		Packages: []Package{{ID: 0, CPUs: NewCPUSet(0, 1, 2, 3), Cores: 4}}, GPUSource: "sysfs"}
+	for c := range 4 {
+		n.CPUs = append(n.CPUs, CPU{ID: c, Core: c, Siblings: NewCPUSet(c)})
+	}
+	return n
+}
+
+func TestPlanBindingsHandBuilt(t *testing.T) {
+	t.Parallel()
+	g := func(i, numa int) GPU { return GPU{Index: i, BusID: fmt.Sprintf("0000:%02x:00.0", i+1), NUMA: numa} }
+	nics := []NIC{
+		{Name: "eth0", BusID: "0000:10:00.0", NUMA: 0, SpeedMbps: 100000, Up: true},
+		{Name: "ib0", IBDevice: "mlx5_0", BusID: "0000:11:00.0", NUMA: 0, SpeedMbps: 200000},
+		{Name: "ib1", IBDevice: "mlx5_1", BusID: "0000:12:00.0", NUMA: 0, SpeedMbps: 200000, Up: true},
+		{Name: "ib2", IBDevice: "mlx5_2", BusID: "0000:13:00.0", NUMA: 0, SpeedMbps: 200000, Up: true},
+	}
+	idx := func(i int, nic string) []string {
+		return []string{fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", i), "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+			"NCCL_IB_HCA==" + nic + ":1", "UCX_NET_DEVICES=" + nic + ":1"}
+	}
+	t.Run("index env, IB over Ethernet, up only, balanced", func(t *testing.T) {
+		n := handNode([]GPU{g(0, 0), g(1, 0)}, nics)
+		plan, err := PlanBindings(n, BindOptions{LocalRanks: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlan(t, n, plan, []wantBind{
+			{gpu: 0, cpus: "0-1", mems: []int{0}, nic: "mlx5_1", env: append(idx(0, "mlx5_1"), "OMP_NUM_THREADS=2")},
+			{gpu: 1, cpus: "2-3", mems: []int{0}, nic: "mlx5_2", env: append(idx(1, "mlx5_2"), "OMP_NUM_THREADS=2")},
+		})
+	})
+	t.Run("Ethernet only", func(t *testing.T) {
+		n := handNode([]GPU{g(0, 0)}, nics[:1])
+		plan, err := PlanBindings(n, BindOptions{LocalRanks: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "0-3", mems: []int{0}, nic: "eth0",
+			env: []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NCCL_SOCKET_IFNAME==eth0", "UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=4"}}})
+	})
+	t.Run("no NIC up, GPU NUMA unknown", func(t *testing.T) {
+		gpu := g(0, -1)
+		gpu.CPUs = NewCPUSet(2, 3)
+		n := handNode([]GPU{gpu}, nics[1:2])
+		plan, err := PlanBindings(n, BindOptions{LocalRanks: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "2-3", env: []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "OMP_NUM_THREADS=2"}}})
+		if w := plan[0].Why; !strings.Contains(w, "GPU 0 is on GPU 0's local CPUs") || !strings.Contains(w, "no NIC is up") {
+			t.Errorf("Why = %q", w)
+		}
+	})
+	t.Run("more ranks than CPUs", func(t *testing.T) {
+		n := handNode([]GPU{g(0, 0)}, nil)
+		if _, err := PlanBindings(n, BindOptions{LocalRanks: 5, BindTo: BindGPU}); err == nil || !strings.Contains(err.Error(), "5 local ranks but 1 visible GPUs") {
+			t.Errorf("error %v", err)
+		}
+		// Oversubscribed: 3 ranks share the GPU and split 4 cores 2, 1, 1;
+		// 5 ranks share all 4 CPUs.
+		plan, err := PlanBindings(n, BindOptions{LocalRanks: 3, BindTo: BindGPU, Oversubscribed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID"}
+		checkPlan(t, n, plan, []wantBind{
+			{gpu: 0, cpus: "0-1", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=2")},
+			{gpu: 0, cpus: "2", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")},
+			{gpu: 0, cpus: "3", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")},
+		})
+		plan, err = PlanBindings(n, BindOptions{LocalRanks: 5, BindTo: BindGPU, Oversubscribed: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkPlan(t, n, plan, repeat(wantBind{gpu: 0, cpus: "0-3", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")}, 5))
+		if !strings.Contains(plan[0].Why, "shared by 5 ranks (oversubscribed)") {
+			t.Errorf("Why = %q", plan[0].Why)
+		}
+		if _, err := PlanBindings(handNode([]GPU{g(0, 0), g(1, 0), g(2, 0), g(3, 0), g(4, 0)}, nil), BindOptions{LocalRanks: 5}); err == nil ||
+			!strings.Contains(err.Error(), "5 ranks share the GPUs on NUMA 0, which has 4 CPUs") {
+			t.Errorf("error %v", err)
+		}
+	})
+}
+
+func TestParseBindTo(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]BindTo{"": BindDefault, "none": BindNone, "Core": BindCore, "numa": BindNUMA, "socket": BindPackage, "package": BindPackage, "gpu": BindGPU} {
+		if got, err := ParseBindTo(in); err != nil || got != want {
+			t.Errorf("ParseBindTo(%q) = %q, %v", in, got, err)
+		}
+	}
+	if _, err := ParseBindTo("l3cache"); err == nil {
+		t.Error("ParseBindTo(l3cache) succeeded")
+	}
+}
+
+func TestFormatBindingsGolden(t *testing.T) {
+	t.Parallel()
+	n := load(t, "dgx-h100")
+	plan, err := PlanBindings(n, BindOptions{LocalRanks: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := FormatBindings(&buf, "dgx01", plan); err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "bind", "dgx-h100-8.golden")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./topology -run Golden -update)", err)
+	}
+	if buf.String() != string(want) {
+		t.Errorf("FormatBindings differs from %s:\n%s", golden, buf.String())
+	}
+	// Unbound ranks and a memory policy other than the CPUs' nodes.
+	buf.Reset()
+	FormatBindings(&buf, "h", []RankBinding{{LocalRank: 0, BindTo: BindNone, Why: "not bound: --bind-to none"},
+		{LocalRank: 1, BindTo: BindCore, CPUs: NewCPUSet(0), NUMA: []int{0}, Mems: []int{0, 1}, Why: "w"}})
+	if got, want := buf.String(), "h rank 0: not bound\n  why: not bound: --bind-to none\nh rank 1: CPUs 0 NUMA 0 mem NUMAs 0,1\n  why: w\n"; got != want {
+		t.Errorf("FormatBindings = %q, want %q", got, want)
+	}
+}
