@@ -24,6 +24,11 @@ type Rank struct {
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none
 	Dir            string // the rank's working directory: PWD, so that it agrees; "" = leave PWD
+	// Binding holds NAME=value hints that come with the rank's binding
+	// (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, UCX_NET_DEVICES, OMP_NUM_THREADS),
+	// planned by package topology to leave alone what the user set. They
+	// override the agent's environment and are overridden by -x.
+	Binding []string
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -127,8 +132,9 @@ func Vars(r Rank) []string {
 }
 
 // Build returns the environment of rank r: base (the agent's own
-// environment), overridden by gorun's variables ([Vars]), overridden in
-// turn by the resolved -x exports, which the user asked for explicitly.
+// environment), overridden by gorun's variables ([Vars]) and the binding's
+// hints (r.Binding), overridden in turn by the resolved -x exports, which
+// the user asked for explicitly.
 // A name appears once; the order is base's, with new names appended.
 func Build(base []string, r Rank, exports []string) []string {
 	out := make([]string, 0, len(base)+40)
@@ -146,6 +152,9 @@ func Build(base []string, r Rank, exports []string) []string {
 		set(kv)
 	}
 	for _, kv := range Vars(r) {
+		set(kv)
+	}
+	for _, kv := range r.Binding {
 		set(kv)
 	}
 	for _, kv := range exports {

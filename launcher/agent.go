@@ -26,6 +26,7 @@ import (
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
 	"github.com/gorun/gorun/sshclient"
+	"github.com/gorun/gorun/topology"
 )
 
 // AgentOptions configures [RunAgent].
@@ -284,18 +285,29 @@ func (a *agent) readFrames(r *control.Reader) error {
 // launch starts a generation of ranks, or answers a print-env request.
 func (a *agent) launch(l control.Launch) {
 	base := os.Environ()
-	rankEnv := func(s control.RankSpec) []string {
+	plan, report, bindErr := bindings(l, base)
+	bindingOf := func(i int) *topology.RankBinding {
+		if i < len(plan) {
+			return &plan[i]
+		}
+		return nil
+	}
+	rankEnv := func(i int, s control.RankSpec) []string {
+		var hints []string
+		if b := bindingOf(i); b != nil {
+			hints = b.Env
+		}
 		return env.Build(base, env.Rank{
 			JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
-			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir,
+			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints,
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {
-		for _, s := range l.Ranks {
+		for i, s := range l.Ranks {
 			if s.Rank == l.PrintEnv-1 {
-				a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: rankEnv(s)})
+				a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: rankEnv(i, s)})
 				return
 			}
 		}
@@ -315,6 +327,9 @@ func (a *agent) launch(l control.Launch) {
 		a.live--
 	}
 	path, code, msg := a.resolve(l, base)
+	if msg == "" && bindErr != nil {
+		code, msg = 2, "binding: "+bindErr.Error()
+	}
 	if msg != "" {
 		for _, s := range l.Ranks {
 			fail(s, code, msg)
@@ -332,12 +347,13 @@ func (a *agent) launch(l control.Launch) {
 			go func() {
 				defer wg.Done()
 				for i := int(next.Add(1) - 1); i < len(l.Ranks); i = int(next.Add(1) - 1) {
-					procs[i], errs[i] = a.start(l, l.Ranks[i], path, rankEnv(l.Ranks[i]))
+					exe, argv := bindArgv(bindingOf(i), path, l.Argv)
+					procs[i], errs[i] = a.start(l, l.Ranks[i], exe, argv, rankEnv(i, l.Ranks[i]))
 				}
 			}()
 		}
 		wg.Wait()
-		started := control.Started{Generation: l.Generation}
+		started := control.Started{Generation: l.Generation, Report: report}
 		for i, s := range l.Ranks {
 			p, err := procs[i], errs[i]
 			if err != nil {
@@ -411,7 +427,7 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 }
 
 // start forks one rank. The caller registers it.
-func (a *agent) start(l control.Launch, s control.RankSpec, path string, environ []string) (*rankProc, error) {
+func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -435,7 +451,7 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, environ
 		errW.Close()
 		return nil, err
 	}
-	pid, err := syscall.ForkExec(path, l.Argv, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   l.Dir,
 		Env:   environ,
 		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},

@@ -58,6 +58,9 @@ type Options struct {
 	SummaryJSON   string        // --summary-json file
 	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
 	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
+	BindTo        string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
+	CPUsPerRank   int           // --cpus-per-rank
+	ReportBind    bool          // --report-bindings
 	SSH           control.SSH   // how to reach other hosts
 	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
 
@@ -375,6 +378,9 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 					r.PID, r.Start = rs.PID, rs.Time
 				}
 				started += len(e.start.Ranks)
+				if e.start.Report != "" {
+					h.notef("%s", e.start.Report)
+				}
 				if started == len(h.plan.Ranks) && gen == 0 {
 					h.phases.RanksStarted = time.Since(h.start)
 				}
@@ -444,6 +450,9 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
+		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind,
+			// With no host source gorun runs "oversubscribed and unbound".
+			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
 	}
 	for i, r := range n.Ranks {
 		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == 0})

@@ -20,22 +20,37 @@ var ErrPlan = errors.New("plan")
 type MapBy struct {
 	Policy  string // "slot", "node" or "ppr"
 	PerNode int    // ranks per node for "ppr"
+	// Within spreads a node's ranks over its NUMA nodes ("numa") or
+	// packages ("package") when they are bound; "" keeps slot order.
+	// Hosts are filled slot by slot.
+	Within string
 }
 
 func (m MapBy) String() string {
 	if m.Policy == "ppr" {
 		return fmt.Sprintf("ppr:%d:node", m.PerNode)
 	}
+	if m.Within != "" {
+		return m.Within
+	}
 	return m.Policy
 }
 
-// ParseMapBy parses a --map-by value: slot, node or ppr:N:node.
+// ParseMapBy parses a --map-by value: slot, node, ppr:N:node, or numa and
+// package (hosts filled slot by slot, and each host's ranks spread over its
+// NUMA nodes or packages when bound).
 func ParseMapBy(s string) (MapBy, error) {
 	switch s {
 	case "", "slot":
 		return MapBy{Policy: "slot"}, nil
 	case "node":
 		return MapBy{Policy: "node"}, nil
+	case "numa", "package", "socket":
+		w := s
+		if w == "socket" {
+			w = "package"
+		}
+		return MapBy{Policy: "slot", Within: w}, nil
 	}
 	if rest, ok := strings.CutPrefix(s, "ppr:"); ok {
 		n, obj, _ := strings.Cut(rest, ":")
@@ -44,7 +59,7 @@ func ParseMapBy(s string) (MapBy, error) {
 			return MapBy{}, fmt.Errorf("%w: --map-by %q: %q is not a positive count", ErrPlan, s, n)
 		}
 		if obj != "node" {
-			return MapBy{}, fmt.Errorf("%w: --map-by %q: only ppr:N:node is supported", ErrPlan, s)
+			return MapBy{}, fmt.Errorf("%w: --map-by %q: only ppr:N:node is supported so far (ppr:N:numa needs each host's NUMA count before the plan)", ErrPlan, s)
 		}
 		return MapBy{Policy: "ppr", PerNode: k}, nil
 	}

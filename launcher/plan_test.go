@@ -79,12 +79,13 @@ func TestNewPlan(t *testing.T) {
 
 func TestParseMapBy(t *testing.T) {
 	t.Parallel()
-	for in, want := range map[string]MapBy{"": {Policy: "slot"}, "slot": {Policy: "slot"}, "node": {Policy: "node"}, "ppr:4:node": {Policy: "ppr", PerNode: 4}} {
+	for in, want := range map[string]MapBy{"": {Policy: "slot"}, "slot": {Policy: "slot"}, "node": {Policy: "node"}, "ppr:4:node": {Policy: "ppr", PerNode: 4},
+		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}} {
 		if got, err := ParseMapBy(in); err != nil || got != want {
 			t.Errorf("ParseMapBy(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "core"} {
+	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "core", "ppr:2:numa"} {
 		if _, err := ParseMapBy(in); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), in) {
 			t.Errorf("ParseMapBy(%q) error = %v", in, err)
 		}

@@ -732,9 +732,19 @@ func finish(n *Node, o BindOptions, out []RankBinding) {
 // node(s), memory NUMA nodes where they differ, and NIC, then an
 // indented line with the reason.
 func FormatBindings(w io.Writer, host string, plan []RankBinding) error {
+	return FormatBindingsOf(w, host, nil, plan)
+}
+
+// FormatBindingsOf is FormatBindings naming each rank by its job-wide rank
+// ranks[i] (nil: by local rank).
+func FormatBindingsOf(w io.Writer, host string, ranks []int, plan []RankBinding) error {
 	var sb strings.Builder
-	for _, b := range plan {
-		fmt.Fprintf(&sb, "%s rank %d:", host, b.LocalRank)
+	for i, b := range plan {
+		r := b.LocalRank
+		if i < len(ranks) {
+			r = ranks[i]
+		}
+		fmt.Fprintf(&sb, "%s rank %d:", host, r)
 		if b.GPU == nil && b.CPUs.IsEmpty() {
 			sb.WriteString(" not bound\n")
 		} else {

@@ -239,7 +239,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usage(err)
 	}
-	for _, n := range []string{"np", "npernode", "max-restarts", "launch-fanout", "ssh-port", "ssh-parallel"} {
+	for _, n := range []string{"np", "npernode", "max-restarts", "launch-fanout", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
 		if num(n) < 0 {
 			return usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
@@ -258,6 +258,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
+		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
 		SSH: s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)

@@ -5,9 +5,17 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/gorun/gorun/launcher"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == launcher.BindExecCommand {
+		// A rank's binding step: bind, then become the rank's program.
+		err := launcher.BindExecMain(os.Args[2:])
+		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
+		os.Exit(127)
+	}
 	code, err := run(os.Args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)

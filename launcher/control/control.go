@@ -125,14 +125,25 @@ type Launch struct {
 	MasterAddr     string     `json:"master_addr"`
 	MasterPort     int        `json:"master_port"`
 	MaxRestarts    int        `json:"max_restarts"`
-	Exports        []string   `json:"exports,omitempty"`   // resolved -x NAME=value pairs
+	Exports        []string   `json:"exports,omitempty"` // resolved -x NAME=value pairs
+	Bind           Bind       `json:"bind"`
 	PrintEnv       int        `json:"print_env,omitempty"` // if > 0, reply with the Env of rank PrintEnv-1 and start nothing
+}
+
+// Bind says how an agent binds its ranks (package topology plans it).
+type Bind struct {
+	To             string `json:"to,omitempty"`     // none, core, numa, package, gpu; "" = gpu with GPUs, else none
+	MapBy          string `json:"map_by,omitempty"` // slot, numa, package: how ranks spread inside the node
+	CPUsPerRank    int    `json:"cpus_per_rank,omitempty"`
+	Oversubscribed bool   `json:"oversubscribed,omitempty"` // more ranks here than slots: unbound unless To is set
+	Report         bool   `json:"report,omitempty"`         // describe the bindings in Started.Report
 }
 
 // Started reports that ranks' processes run.
 type Started struct {
 	Generation int         `json:"generation"`
 	Ranks      []RankStart `json:"ranks"`
+	Report     string      `json:"report,omitempty"` // --report-bindings text for this host
 }
 
 // RankStart is one rank's process.

@@ -1,0 +1,150 @@
+package launcher
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/topology"
+)
+
+// BindExecCommand is the hidden first argument with which the agent
+// starts a bound rank as gorun itself: `gorun bind-exec CPUS MEMS PATH
+// ARGV...`. main hands it to [BindExecMain] before anything else runs, so
+// that the step costs one exec of a small Go program.
+const BindExecCommand = "bind-exec"
+
+// BindExecMain runs the binding step: bind this thread (CPUs, memory
+// policy) and exec the rank's program, which keeps both. args are what
+// follows BindExecCommand. It returns only on error.
+func BindExecMain(args []string) error {
+	if len(args) < 4 {
+		return fmt.Errorf("%s: want CPUS MEMS PATH ARGV0 [ARGS...]", BindExecCommand)
+	}
+	var cpus topology.CPUSet
+	if args[0] != "-" {
+		var err error
+		if cpus, err = topology.ParseCPUList(args[0]); err != nil {
+			return fmt.Errorf("%s: %w", BindExecCommand, err)
+		}
+	}
+	var mems []int
+	if args[1] != "-" {
+		set, err := topology.ParseCPUList(args[1]) // same list syntax
+		if err != nil {
+			return fmt.Errorf("%s: %w", BindExecCommand, err)
+		}
+		mems = set.CPUs()
+	}
+	return topology.BindExec(cpus, mems, args[2], args[3:], os.Environ())
+}
+
+// bindArgv returns how to start a rank under binding b: through gorun's
+// binding step when b binds anything, else directly.
+func bindArgv(b *topology.RankBinding, path string, argv []string) (string, []string) {
+	if b == nil || (b.CPUs.IsEmpty() && len(b.Mems) == 0) {
+		return path, argv
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return path, argv
+	}
+	cpus, mems := "-", "-"
+	if !b.CPUs.IsEmpty() {
+		cpus = b.CPUs.String()
+	}
+	if len(b.Mems) > 0 {
+		mems = topology.NewCPUSet(b.Mems...).String()
+	}
+	return self, append([]string{self, BindExecCommand, cpus, mems, path}, argv...)
+}
+
+var (
+	nodeOnce sync.Once
+	nodeInfo *topology.Node
+	nodeErr  error
+)
+
+// localNode discovers this host once per agent.
+func localNode() (*topology.Node, error) {
+	nodeOnce.Do(func() { nodeInfo, nodeErr = topology.DiscoverLocal() })
+	return nodeInfo, nodeErr
+}
+
+// bindings plans the bindings of a launch's ranks on this host, and the
+// --report-bindings text. No plan (nil) means: start the ranks unbound.
+func bindings(l control.Launch, base []string) ([]topology.RankBinding, string, error) {
+	to, err := topology.ParseBindTo(l.Bind.To)
+	if err != nil {
+		return nil, "", err
+	}
+	// Unbound without looking at the node, unless a report is wanted: no
+	// binding asked and none to be had (oversubscribed, or no GPU).
+	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || topology.LocalGPUs() == 0)) {
+		return nil, "", nil
+	}
+	n, err := localNode()
+	if err != nil {
+		return nil, "", fmt.Errorf("discover the node: %w", err)
+	}
+	user := map[string]bool{}
+	var cvd *string
+	for _, kv := range append(append([]string(nil), base...), l.Exports...) {
+		name, v, _ := strings.Cut(kv, "=")
+		user[name] = true
+		if name == "CUDA_VISIBLE_DEVICES" {
+			cvd = &v
+		}
+	}
+	o := topology.BindOptions{LocalRanks: len(l.Ranks), BindTo: to, MapBy: l.Bind.MapBy, CPUsPerRank: l.Bind.CPUsPerRank,
+		Oversubscribed: l.Bind.Oversubscribed, UserEnv: user}
+	if cvd != nil {
+		// GPUs already granted (by the user, or Slurm): rank i gets the
+		// i-th of them, and its own narrowing replaces the list.
+		if o.VisibleGPUs, err = visibleGPUs(n, *cvd); err != nil {
+			return nil, "", err
+		}
+		delete(user, "CUDA_VISIBLE_DEVICES")
+	}
+	plan, err := topology.PlanBindings(n, o)
+	if err != nil {
+		return nil, "", err
+	}
+	var report string
+	if l.Bind.Report {
+		var sb strings.Builder
+		ranks := make([]int, len(l.Ranks))
+		for i, s := range l.Ranks {
+			ranks[i] = s.Rank
+		}
+		topology.FormatBindingsOf(&sb, l.Host, ranks, plan)
+		report = sb.String()
+	}
+	return plan, report, nil
+}
+
+// visibleGPUs maps a CUDA_VISIBLE_DEVICES value (indexes or UUIDs) to
+// positions in n.GPUs.
+func visibleGPUs(n *topology.Node, v string) ([]int, error) {
+	out := []int{}
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		found := -1
+		for i, g := range n.GPUs {
+			if item == g.UUID || item == fmt.Sprint(g.Index) || strings.HasPrefix(g.UUID, item) && strings.HasPrefix(item, "GPU-") {
+				found = i
+				break
+			}
+		}
+		if found < 0 {
+			return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%s: no GPU %q on this host (%d GPUs)", v, item, len(n.GPUs))
+		}
+		out = append(out, found)
+	}
+	return out, nil
+}
