@@ -285,7 +285,7 @@ func (a *agent) readFrames(r *control.Reader) error {
 // launch starts a generation of ranks, or answers a print-env request.
 func (a *agent) launch(l control.Launch) {
 	base := os.Environ()
-	plan, report, bindErr := bindings(l, base)
+	plan, report, topo, bindErr := bindings(l, base)
 	bindingOf := func(i int) *topology.RankBinding {
 		if i < len(plan) {
 			return &plan[i]
@@ -353,7 +353,7 @@ func (a *agent) launch(l control.Launch) {
 			}()
 		}
 		wg.Wait()
-		started := control.Started{Generation: l.Generation, Report: report}
+		started := control.Started{Generation: l.Generation, Report: report, Topo: topo}
 		for i, s := range l.Ranks {
 			p, err := procs[i], errs[i]
 			if err != nil {

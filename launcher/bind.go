@@ -73,22 +73,36 @@ func localNode() (*topology.Node, error) {
 	return nodeInfo, nodeErr
 }
 
+// topoSummary is a one-line description of a node, for comparing hosts:
+// "2 packages, 2 NUMA nodes, 224 CPUs, 8 GPUs, 8 NICs up".
+func topoSummary(n *topology.Node) string {
+	gpus := fmt.Sprintf("%d GPUs", len(n.GPUs))
+	up := 0
+	for _, c := range n.NICs {
+		if c.Up {
+			up++
+		}
+	}
+	return fmt.Sprintf("%d packages, %d NUMA nodes, %d CPUs, %s, %d NICs up", len(n.Packages), len(n.NUMANodes), len(n.CPUs), gpus, up)
+}
+
 // bindings plans the bindings of a launch's ranks on this host, and the
 // --report-bindings text. No plan (nil) means: start the ranks unbound.
-func bindings(l control.Launch, base []string) ([]topology.RankBinding, string, error) {
+func bindings(l control.Launch, base []string) (plan []topology.RankBinding, report, topo string, err error) {
 	to, err := topology.ParseBindTo(l.Bind.To)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	// Unbound without looking at the node, unless a report is wanted: no
 	// binding asked and none to be had (oversubscribed, or no GPU).
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || topology.LocalGPUs() == 0)) {
-		return nil, "", nil
+		return nil, "", "", nil
 	}
 	n, err := localNode()
 	if err != nil {
-		return nil, "", fmt.Errorf("discover the node: %w", err)
+		return nil, "", "", fmt.Errorf("discover the node: %w", err)
 	}
+	topo = topoSummary(n)
 	user := map[string]bool{}
 	var cvd *string
 	for _, kv := range append(append([]string(nil), base...), l.Exports...) {
@@ -104,15 +118,13 @@ func bindings(l control.Launch, base []string) ([]topology.RankBinding, string, 
 		// GPUs already granted (by the user, or Slurm): rank i gets the
 		// i-th of them, and its own narrowing replaces the list.
 		if o.VisibleGPUs, err = visibleGPUs(n, *cvd); err != nil {
-			return nil, "", err
+			return nil, "", topo, err
 		}
 		delete(user, "CUDA_VISIBLE_DEVICES")
 	}
-	plan, err := topology.PlanBindings(n, o)
-	if err != nil {
-		return nil, "", err
+	if plan, err = topology.PlanBindings(n, o); err != nil {
+		return nil, "", topo, err
 	}
-	var report string
 	if l.Bind.Report {
 		var sb strings.Builder
 		ranks := make([]int, len(l.Ranks))
@@ -122,7 +134,7 @@ func bindings(l control.Launch, base []string) ([]topology.RankBinding, string, 
 		topology.FormatBindingsOf(&sb, l.Host, ranks, plan)
 		report = sb.String()
 	}
-	return plan, report, nil
+	return plan, report, topo, nil
 }
 
 // visibleGPUs maps a CUDA_VISIBLE_DEVICES value (indexes or UUIDs) to

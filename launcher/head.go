@@ -238,6 +238,10 @@ type head struct {
 	relayed map[int]*relayedAgent // agents reached through others, by node
 
 	done chan struct{} // closed when the head is finished: heartbeats stop
+
+	topoFirst     string // the first host's topology summary (when bound)
+	topoFirstNode int
+	topoWarned    map[int]bool
 }
 
 func (h *head) run(ctx context.Context) (int, error) {
@@ -381,6 +385,7 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 				if e.start.Report != "" {
 					h.notef("%s", e.start.Report)
 				}
+				h.compareTopo(e.node, e.start.Topo)
 				if started == len(h.plan.Ranks) && gen == 0 {
 					h.phases.RanksStarted = time.Since(h.start)
 				}
@@ -615,6 +620,26 @@ func (h *head) beat(a *agentConn) {
 				return
 			}
 		}
+	}
+}
+
+// compareTopo warns, once per host, when a host's topology differs from
+// the first one reported (bindings then differ across hosts too).
+func (h *head) compareTopo(node int, topo string) {
+	if topo == "" || h.topoWarned[node] {
+		return
+	}
+	if h.topoFirst == "" {
+		h.topoFirst, h.topoFirstNode = topo, node
+		return
+	}
+	if topo != h.topoFirst {
+		if h.topoWarned == nil {
+			h.topoWarned = map[int]bool{}
+		}
+		h.topoWarned[node] = true
+		h.notef("gorun: warning: %s differs from %s: %s, against %s\n", h.plan.Nodes[node].Host.Name,
+			h.plan.Nodes[h.topoFirstNode].Host.Name, topo, h.topoFirst)
 	}
 }
 

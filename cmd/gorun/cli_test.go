@@ -184,6 +184,13 @@ func TestTopo(t *testing.T) {
 			t.Errorf("topo of the DGX fixture lacks %q:\n%s", w, r.stdout)
 		}
 	}
+	// Placements explained: GPU i, its NUMA node's cores split 4 ways, NIC i.
+	r = runGorun(t, 30*time.Second, nil, "topo", "--root", "../../topology/testdata/dgx-h100", "--nvml", "../../topology/testdata/dgx-h100/nvml.json", "--plan", "8")
+	for _, w := range []string{"dgx-h100 rank 0: GPU 0 GPU-", "CPUs 0-13,112-125 NUMA 0 NIC mlx5_0", "dgx-h100 rank 5: GPU 5", "CPUs 70-83,182-195 NUMA 1 NIC mlx5_5", "shares its PCIe switch (PIX)"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("topo --plan 8 of the DGX fixture lacks %q:\n%s", w, r.stdout)
+		}
+	}
 	r = runGorun(t, 30*time.Second, nil, "topo", "--json")
 	var n struct {
 		CPUs      []json.RawMessage `json:"cpus"`

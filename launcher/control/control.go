@@ -144,6 +144,9 @@ type Started struct {
 	Generation int         `json:"generation"`
 	Ranks      []RankStart `json:"ranks"`
 	Report     string      `json:"report,omitempty"` // --report-bindings text for this host
+	// Topo summarises the host's topology when the agent looked at it
+	// (to bind): the head warns about hosts that differ from the others.
+	Topo string `json:"topo,omitempty"`
 }
 
 // RankStart is one rank's process.
