@@ -125,7 +125,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	host, _ := os.Hostname()
 	r := control.NewReader(o.In)
 	headHello, err := control.Handshake(a.w, r, control.Hello{
-		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(),
+		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(), NUMA: numaNodes(),
 		ConnAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 2), ClientAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 0),
 	})
 	if err != nil {
@@ -729,6 +729,12 @@ func children(ppid int) []int {
 		}
 	}
 	return out
+}
+
+// numaNodes counts the host's NUMA nodes (sysfs); 1 when it cannot tell.
+func numaNodes() int {
+	m, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
+	return max(len(m), 1)
 }
 
 // sshAddr returns field i of an SSH_CONNECTION value ("client_ip

@@ -94,7 +94,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.ImplicitHosts {
 		o.Plan.Oversubscribe = true
 	}
-	plan, err := NewPlan(o.Hosts, o.Plan)
+	first := o.Plan
+	if o.Plan.MapBy.NeedsNUMA() {
+		// ppr:N:numa: one agent on every host first; the plan follows
+		// from their NUMA counts (head.replan).
+		first.NP = 0
+	}
+	plan, err := NewPlan(o.Hosts, first)
 	if err != nil {
 		return ExitUsage, err
 	}
@@ -102,7 +108,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		fmt.Fprintf(o.Stderr, "gorun: note: %d ranks on localhost's %d slots: running oversubscribed and unbound (give -H or --hostfile to make this an error)\n",
 			len(plan.Ranks), plan.Slots)
 	}
-	if o.DisplayMap || o.DryRun {
+	if (o.DisplayMap || o.DryRun) && !o.Plan.MapBy.NeedsNUMA() {
 		plan.Format(o.Stderr)
 		if o.DryRun {
 			return ExitOK, nil
@@ -266,6 +272,19 @@ func (h *head) run(ctx context.Context) (int, error) {
 		return ExitLaunch, err
 	}
 	h.phases.AgentsUp = time.Since(h.start)
+	if o.Plan.MapBy.NeedsNUMA() {
+		if err := h.replan(); err != nil {
+			h.stopAgents()
+			return ExitUsage, err
+		}
+		if o.DisplayMap || o.DryRun {
+			h.plan.Format(o.Stderr)
+		}
+		if o.DryRun {
+			h.stopAgents()
+			return ExitOK, nil
+		}
+	}
 	if h.master, err = h.masterAddr(); err != nil {
 		h.stopAgents()
 		return ExitLaunch, err
@@ -621,6 +640,31 @@ func (h *head) beat(a *agentConn) {
 			}
 		}
 	}
+}
+
+// replan makes the plan of a ppr:N:numa job from the NUMA counts the
+// agents (one per host) reported. Every host must keep ranks, since its
+// agent already runs.
+func (h *head) replan() error {
+	o := h.o.Plan
+	o.NUMA = make([]int, len(h.plan.Nodes))
+	for i, a := range h.agents {
+		o.NUMA[i] = a.hello.NUMA
+	}
+	hosts := make([]hostfile.Host, len(h.plan.Nodes))
+	for i, n := range h.plan.Nodes {
+		hosts[i] = n.Host
+	}
+	p, err := NewPlan(hosts, o)
+	if err != nil {
+		return err
+	}
+	if len(p.Nodes) != len(h.plan.Nodes) {
+		return fmt.Errorf("%w: --map-by %s with -np %d leaves %d of the %d hosts without ranks; give every host ranks (no -np runs %s on all)",
+			ErrPlan, o.MapBy, o.NP, len(h.plan.Nodes)-len(p.Nodes), len(h.plan.Nodes), o.MapBy)
+	}
+	h.plan = p
+	return nil
 }
 
 // compareTopo warns, once per host, when a host's topology differs from

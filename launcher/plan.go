@@ -19,7 +19,11 @@ var ErrPlan = errors.New("plan")
 // on every host.
 type MapBy struct {
 	Policy  string // "slot", "node" or "ppr"
-	PerNode int    // ranks per node for "ppr"
+	PerNode int    // ranks per node (or per NUMA node, with Per "numa") for "ppr"
+	// Per is what "ppr" counts ranks per: "node" or "numa" (ppr:N:numa:
+	// N ranks per NUMA node of every host, which the plan learns from
+	// the agents: PlanOptions.NUMA).
+	Per string
 	// Within spreads a node's ranks over its NUMA nodes ("numa") or
 	// packages ("package") when they are bound; "" keeps slot order.
 	// Hosts are filled slot by slot.
@@ -28,7 +32,11 @@ type MapBy struct {
 
 func (m MapBy) String() string {
 	if m.Policy == "ppr" {
-		return fmt.Sprintf("ppr:%d:node", m.PerNode)
+		per := m.Per
+		if per == "" {
+			per = "node"
+		}
+		return fmt.Sprintf("ppr:%d:%s", m.PerNode, per)
 	}
 	if m.Within != "" {
 		return m.Within
@@ -58,12 +66,15 @@ func ParseMapBy(s string) (MapBy, error) {
 		if err != nil || k < 1 {
 			return MapBy{}, fmt.Errorf("%w: --map-by %q: %q is not a positive count", ErrPlan, s, n)
 		}
-		if obj != "node" {
-			return MapBy{}, fmt.Errorf("%w: --map-by %q: only ppr:N:node is supported so far (ppr:N:numa needs each host's NUMA count before the plan)", ErrPlan, s)
+		switch obj {
+		case "node":
+			return MapBy{Policy: "ppr", PerNode: k}, nil
+		case "numa":
+			return MapBy{Policy: "ppr", PerNode: k, Per: "numa", Within: "numa"}, nil
 		}
-		return MapBy{Policy: "ppr", PerNode: k}, nil
+		return MapBy{}, fmt.Errorf("%w: --map-by %q: want ppr:N:node or ppr:N:numa", ErrPlan, s)
 	}
-	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node or ppr:N:node", ErrPlan, s)
+	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node, numa, package, ppr:N:node or ppr:N:numa", ErrPlan, s)
 }
 
 // PlanOptions says how to map ranks.
@@ -73,7 +84,13 @@ type PlanOptions struct {
 	NPerNode      int    // -N: shorthand for ppr:N:node
 	Oversubscribe bool   // allow more ranks than slots (max_slots still caps)
 	Source        string // where the hosts came from, for messages ("--hostfile hosts", "-H")
+	// NUMA is the number of NUMA nodes of each host, for ppr:N:numa; nil
+	// until the agents have said (the plan then counts one per host).
+	NUMA []int
 }
+
+// NeedsNUMA reports whether the plan depends on the hosts' NUMA counts.
+func (m MapBy) NeedsNUMA() bool { return m.Policy == "ppr" && m.Per == "numa" }
 
 // Placement is where one rank runs.
 type Placement struct {
@@ -125,7 +142,15 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 	counts := make([]int, len(hosts))
 	switch m.Policy {
 	case "ppr":
-		max := m.PerNode * len(hosts)
+		per := make([]int, len(hosts))
+		max := 0
+		for i := range hosts {
+			per[i] = m.PerNode
+			if m.NeedsNUMA() && i < len(o.NUMA) && o.NUMA[i] > 0 {
+				per[i] *= o.NUMA[i]
+			}
+			max += per[i]
+		}
 		if np == 0 {
 			np = max
 		}
@@ -133,11 +158,10 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 			return nil, fmt.Errorf("%w: -np %d is more than %s places on %d hosts (%d); lower -np or raise the count per node",
 				ErrPlan, np, m, len(hosts), max)
 		}
+		left := np
 		for i := range hosts {
-			counts[i] = min(m.PerNode, np-i*m.PerNode)
-			if counts[i] < 0 {
-				counts[i] = 0
-			}
+			counts[i] = min(per[i], left)
+			left -= counts[i]
 		}
 	case "slot", "node":
 		if np == 0 {

@@ -36,6 +36,7 @@ func TestNewPlan(t *testing.T) {
 		{name: "node round robin", hosts: hosts("a", 2, "b", 2), o: PlanOptions{NP: 3, MapBy: MapBy{Policy: "node"}}, nodes: [][]int{{0, 2}, {1}}, hostNames: []string{"a", "b"}},
 		{name: "node skips full hosts", hosts: hosts("a", 1, "b", 3), o: PlanOptions{MapBy: MapBy{Policy: "node"}}, nodes: [][]int{{0}, {1, 2, 3}}, hostNames: []string{"a", "b"}},
 		{name: "ppr", hosts: hosts("a", 4, "b", 4, "c", 4), o: PlanOptions{MapBy: MapBy{Policy: "ppr", PerNode: 2}}, nodes: [][]int{{0, 1}, {2, 3}, {4, 5}}, hostNames: []string{"a", "b", "c"}},
+		{name: "ppr per numa", hosts: hosts("a", 8, "b", 8), o: PlanOptions{MapBy: MapBy{Policy: "ppr", PerNode: 2, Per: "numa"}, NUMA: []int{2, 1}}, nodes: [][]int{{0, 1, 2, 3}, {4, 5}}, hostNames: []string{"a", "b"}},
 		{name: "npernode with np", hosts: hosts("a", 4, "b", 4), o: PlanOptions{NP: 3, NPerNode: 2}, nodes: [][]int{{0, 1}, {2}}, hostNames: []string{"a", "b"}},
 		{name: "oversubscribe round robin", hosts: hosts("a", 1, "b", 1), o: PlanOptions{NP: 5, Oversubscribe: true}, nodes: [][]int{{0, 2, 4}, {1, 3}}, hostNames: []string{"a", "b"}, over: true},
 		{name: "max_slots caps oversubscription", hosts: capped, o: PlanOptions{NP: 6, Oversubscribe: true}, nodes: [][]int{{0, 1, 4}, {2, 3, 5}}, hostNames: []string{"a", "b"}, over: true},
@@ -80,12 +81,12 @@ func TestNewPlan(t *testing.T) {
 func TestParseMapBy(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]MapBy{"": {Policy: "slot"}, "slot": {Policy: "slot"}, "node": {Policy: "node"}, "ppr:4:node": {Policy: "ppr", PerNode: 4},
-		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}} {
+		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}, "ppr:2:numa": {Policy: "ppr", PerNode: 2, Per: "numa", Within: "numa"}} {
 		if got, err := ParseMapBy(in); err != nil || got != want {
 			t.Errorf("ParseMapBy(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "core", "ppr:2:numa"} {
+	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "core", "ppr:2:core"} {
 		if _, err := ParseMapBy(in); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), in) {
 			t.Errorf("ParseMapBy(%q) error = %v", in, err)
 		}

@@ -153,6 +153,21 @@ func TestDryRunAndDisplayMap(t *testing.T) {
 	}
 }
 
+// ppr:N:numa learns each host's NUMA count from its agent, then plans.
+func TestMapByPPRNuma(t *testing.T) {
+	t.Parallel()
+	numa, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
+	n := max(len(numa), 1)
+	r := runGorun(t, 30*time.Second, nil, "--map-by", "ppr:2:numa", "--display-map", "-H", "localhost:8,127.0.0.1:8", "sh", "-c", "echo $RANK")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 4*n || !strings.Contains(r.stderr, "map-by ppr:2:numa") {
+		t.Fatalf("exit %d, %d NUMA nodes here\n%s%s", r.code, n, r.stdout, r.stderr)
+	}
+	r = runGorun(t, 30*time.Second, nil, "--map-by", "ppr:2:numa", "-np", "1", "-H", "localhost:8,127.0.0.1:8", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "without ranks") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
 func TestConfigFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

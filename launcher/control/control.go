@@ -74,6 +74,7 @@ type Hello struct {
 	Host     string `json:"host,omitempty"`      // the agent's host name (os.Hostname)
 	PID      int    `json:"pid,omitempty"`       // the agent's pid
 	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
+	NUMA     int    `json:"numa,omitempty"`      // NUMA nodes of the host
 	GPUs     int    `json:"gpus,omitempty"`      // GPUs found on the host
 	FreePort int    `json:"free_port,omitempty"` // a port free on the agent's host, outside the ephemeral range
 	// ConnAddr is the agent host's own address on the connection the head
