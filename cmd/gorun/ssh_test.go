@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -488,6 +489,30 @@ func TestSSHFanoutAgentForwarding(t *testing.T) {
 	for _, h := range c.Hosts {
 		if !strings.Contains(string(out), h.Name+"\n") {
 			t.Errorf("no output from %s:\n%s", h.Name, out)
+		}
+	}
+}
+
+// Binding happens on every host, by the agent there; the report names
+// each host.
+func TestSSHBindings(t *testing.T) {
+	c := sharedCluster(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	r := onCluster(t, c, 30*time.Second, "-np", "4", "-N", "2", "--bind-to", "core", "--report-bindings", "sh", "-c",
+		`echo "$(hostname) rank=$RANK $(grep Cpus_allowed_list /proc/self/status | tr '\t' ' ')"`)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, w := range []string{"h1 rank=0 Cpus_allowed_list: 0", "h1 rank=1 Cpus_allowed_list: 1", "h2 rank=2 Cpus_allowed_list: 0", "h2 rank=3 Cpus_allowed_list: 1"} {
+		if !strings.Contains(r.stdout, w+"\n") {
+			t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	for _, w := range []string{"h1 rank 0: CPUs 0", "h2 rank 3: CPUs 1"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("--report-bindings lacks %q:\n%s", w, r.stderr)
 		}
 	}
 }
