@@ -114,11 +114,27 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, rep
 	}
 	o := topology.BindOptions{LocalRanks: len(l.Ranks), BindTo: to, MapBy: l.Bind.MapBy, CPUsPerRank: l.Bind.CPUsPerRank,
 		Oversubscribed: l.Bind.Oversubscribed, UserEnv: user}
+	if l.Bind.GPUs != nil {
+		// GPU slots chosen with --include/--exclude: GPU indexes.
+		idx := make([]string, len(l.Bind.GPUs))
+		for i, g := range l.Bind.GPUs {
+			idx[i] = fmt.Sprint(g)
+		}
+		if o.VisibleGPUs, err = visibleGPUs(n, strings.Join(idx, ",")); err != nil {
+			return nil, "", topo, fmt.Errorf("--include/--exclude: %w", err)
+		}
+	}
 	if cvd != nil {
 		// GPUs already granted (by the user, or Slurm): rank i gets the
 		// i-th of them, and its own narrowing replaces the list.
-		if o.VisibleGPUs, err = visibleGPUs(n, *cvd); err != nil {
+		granted, err := visibleGPUs(n, *cvd)
+		if err != nil {
 			return nil, "", topo, err
+		}
+		if o.VisibleGPUs == nil {
+			o.VisibleGPUs = granted
+		} else {
+			o.VisibleGPUs = intersect(o.VisibleGPUs, granted)
 		}
 		delete(user, "CUDA_VISIBLE_DEVICES")
 	}
@@ -135,6 +151,20 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, rep
 		report = sb.String()
 	}
 	return plan, report, topo, nil
+}
+
+// intersect keeps the elements of a that are in b, in a's order.
+func intersect(a, b []int) []int {
+	out := []int{}
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				out = append(out, x)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // visibleGPUs maps a CUDA_VISIBLE_DEVICES value (indexes or UUIDs) to

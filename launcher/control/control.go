@@ -138,6 +138,7 @@ type Bind struct {
 	CPUsPerRank    int    `json:"cpus_per_rank,omitempty"`
 	Oversubscribed bool   `json:"oversubscribed,omitempty"` // more ranks here than slots: unbound unless To is set
 	Report         bool   `json:"report,omitempty"`         // describe the bindings in Started.Report
+	GPUs           []int  `json:"gpus,omitempty"`           // the host's GPU slots a DeepSpeed --include/--exclude left; nil = all
 }
 
 // Started reports that ranks' processes run.
