@@ -8,6 +8,7 @@ pkgs=(
   procps          # ps, for humans reading a failed test's log
   openssh-server  # /usr/sbin/sshd on each fake host of testhosts (SSH tests and benchmarks)
   hwloc           # lstopo, which the topology tests compare gorun's sysfs discovery with
+  mpich libmpich-dev  # mpicc.mpich and a real MPICH program for the PMI-1 server tests
   openssh-client  # ssh and ssh-keygen: the testhosts client side and launcher
   iproute2        # ip: testhosts' network namespaces, bridge, veths and routes
   util-linux mount  # unshare, nsenter and mount: testhosts' UTS and mount namespaces

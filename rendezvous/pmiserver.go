@@ -1,0 +1,426 @@
+package rendezvous
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// PMIConfig configures a PMIServer for the ranks of one host.
+type PMIConfig struct {
+	// Size is the number of ranks in the job (PMI_SIZE).
+	Size int
+	// Ranks are the job ranks this server serves (this host's ranks). Its
+	// barrier waits for all of them before the job-wide fence.
+	Ranks []int
+	// KVSName is the job's KVS name, for example "kvs_<jobid>_0"; no spaces,
+	// at most 255 bytes. Default "kvs_gorun_0".
+	KVSName string
+	// AppNum is the MPMD application index (default 0).
+	AppNum int
+	// UniverseSize answers get_universe_size (default Size).
+	UniverseSize int
+	// ProcessMapping is the PMI_process_mapping value (see ProcessMapping).
+	// Empty means absent: MPICH then falls back to comparing hostnames.
+	ProcessMapping string
+	// Preload holds further job-wide key-values known before launch.
+	Preload map[string]string
+	// Fencer runs the job-wide fence once all local ranks entered a barrier.
+	Fencer Fencer
+	// MaxLine is the longest request line accepted, newline included
+	// (default PMIMaxLine). A longer line gets an error reply and the
+	// connection is closed.
+	MaxLine int
+	// OnAbort is called once per cmd=abort (rank, exit code, message). The
+	// aborting rank gets no reply: the caller must kill the job (pmi.md §6).
+	OnAbort func(rank, code int, msg string)
+	// OnEarlyExit is called when a rank's connection ends before finalize
+	// (and without abort). The barrier of the other local ranks then fails.
+	OnEarlyExit func(rank int)
+	// OnFenceError is called when a barrier fails (the job-wide fence
+	// failed, or a local rank is gone). The waiting ranks' connections are
+	// closed, so their PMI call fails instead of hanging.
+	OnFenceError func(err error)
+	// Logf, if set, receives protocol errors and unsupported commands.
+	Logf func(format string, args ...any)
+}
+
+// PMIServer serves the PMI-1 "simple" wire protocol of MPICH 4.0.2 (see
+// gorun's pmi.md) to one host's ranks and aggregates their barriers into one
+// Fencer call. Use ServeConn for PMI_FD socketpairs and Serve for a
+// PMI_PORT listener with PMI_ID.
+type PMIServer struct {
+	cfg   PMIConfig
+	local *localKV
+
+	mu        sync.Mutex
+	conns     map[net.Conn]bool
+	connected map[int]bool
+	closed    bool
+	wg        sync.WaitGroup
+}
+
+// NewPMIServer checks cfg and returns a server.
+func NewPMIServer(cfg PMIConfig) (*PMIServer, error) {
+	if cfg.Size <= 0 {
+		return nil, fmt.Errorf("rendezvous: PMI job size %d", cfg.Size)
+	}
+	for _, r := range cfg.Ranks {
+		if r >= cfg.Size {
+			return nil, fmt.Errorf("rendezvous: local rank %d not below job size %d", r, cfg.Size)
+		}
+	}
+	if cfg.KVSName == "" {
+		cfg.KVSName = "kvs_gorun_0"
+	}
+	if len(cfg.KVSName) >= PMIKVSNameMax || !pmiValueOK(cfg.KVSName) {
+		return nil, fmt.Errorf("rendezvous: bad KVS name %q", cfg.KVSName)
+	}
+	if cfg.UniverseSize <= 0 {
+		cfg.UniverseSize = cfg.Size
+	}
+	if cfg.MaxLine <= 0 {
+		cfg.MaxLine = PMIMaxLine
+	}
+	preload := copyMap(cfg.Preload)
+	if cfg.ProcessMapping != "" {
+		preload["PMI_process_mapping"] = cfg.ProcessMapping
+	}
+	for k, v := range preload {
+		if len(k) >= PMIKeyLenMax || len(v) >= PMIValLenMax || !pmiValueOK(k) || !pmiValueOK(v) {
+			return nil, fmt.Errorf("rendezvous: preloaded key %q cannot travel over PMI", k)
+		}
+	}
+	local, err := newLocalKV(cfg.Fencer, cfg.Ranks, preload)
+	if err != nil {
+		return nil, err
+	}
+	return &PMIServer{cfg: cfg, local: local, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
+}
+
+func (s *PMIServer) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf(format, args...)
+	}
+}
+
+// Serve accepts PMI_PORT connections on l until ctx ends or l fails. Each
+// connection must start with "cmd=initack pmiid=<rank>" (PMI_ID set in the
+// rank's environment). It closes l when it returns.
+func (s *PMIServer) Serve(ctx context.Context, l net.Listener) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	defer l.Close()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.serve(ctx, c, -1); err != nil {
+				s.logf("pmi: %v", err)
+			}
+		}()
+	}
+}
+
+// ServeConn serves rank on c (the launcher's end of the rank's PMI_FD
+// socketpair) until the rank finalizes and closes, the connection fails or
+// ctx ends. It closes c when it returns. An error reports a protocol
+// violation or an early exit.
+func (s *PMIServer) ServeConn(ctx context.Context, c net.Conn, rank int) error {
+	if !s.local.ranks[rank] {
+		c.Close()
+		return fmt.Errorf("rendezvous: rank %d is not served here", rank)
+	}
+	return s.serve(ctx, c, rank)
+}
+
+// Close closes every connection being served. Waiting ranks see EOF.
+func (s *PMIServer) Close() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.local.gone(errors.New("rendezvous: PMI server closed"))
+	s.wg.Wait()
+}
+
+// pmiConn is the state of one rank's connection.
+type pmiConn struct {
+	s         *PMIServer
+	c         net.Conn
+	r         *bufio.Reader
+	rank      int
+	inited    bool
+	finalized bool
+	aborted   bool
+	dropped   bool // closed by the server (failed barrier, protocol error)
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one line of at most max bytes including the newline.
+func readLine(r *bufio.Reader, max int) (string, error) {
+	var b []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		b = append(b, chunk...)
+		if len(b) > max {
+			return "", errLineTooLong
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(b) > 0 {
+				return "", io.ErrUnexpectedEOF
+			}
+			return "", err
+		}
+		return string(b), nil
+	}
+}
+
+func (s *PMIServer) serve(ctx context.Context, c net.Conn, rank int) (err error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return errors.New("rendezvous: PMI server closed")
+	}
+	s.conns[c] = true
+	s.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	pc := &pmiConn{s: s, c: c, r: bufio.NewReaderSize(c, 4096), rank: rank}
+	defer func() {
+		stop()
+		c.Close()
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		if pc.rank >= 0 && pc.dropped && !pc.finalized {
+			// The server ended this connection: the rank has not exited,
+			// but it can no longer take part in a barrier.
+			s.local.gone(fmt.Errorf("rendezvous: rank %d: PMI connection dropped: %v", pc.rank, err))
+		}
+		if pc.rank >= 0 && !pc.finalized && !pc.aborted && !pc.dropped && !closed && ctx.Err() == nil {
+			s.local.gone(fmt.Errorf("rendezvous: rank %d exited before PMI finalize", pc.rank))
+			if s.cfg.OnEarlyExit != nil {
+				s.cfg.OnEarlyExit(pc.rank)
+			}
+			if err == nil {
+				err = fmt.Errorf("rendezvous: rank %d closed its PMI connection before finalize", pc.rank)
+			}
+		}
+	}()
+	if rank >= 0 {
+		if err := s.claim(rank); err != nil {
+			pc.rank = -1
+			return err
+		}
+	}
+	for {
+		line, err := readLine(pc.r, s.cfg.MaxLine)
+		if err == errLineTooLong {
+			pc.reply(formatPMI("error", "rc", "-1", "msg", "line_too_long"))
+			pc.dropped = true
+			return fmt.Errorf("rendezvous: rank %d: PMI line longer than %d bytes", pc.rank, s.cfg.MaxLine)
+		}
+		if err != nil {
+			if pc.finalized || pc.aborted || errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		if pc.aborted {
+			continue // the job is being killed; nothing more is answered
+		}
+		done, err := pc.handle(ctx, line)
+		if done {
+			pc.dropped = true
+		}
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+// claim marks rank as connected; a second connection for a rank is refused.
+func (s *PMIServer) claim(rank int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.connected[rank] {
+		return fmt.Errorf("rendezvous: rank %d connected twice", rank)
+	}
+	s.connected[rank] = true
+	return nil
+}
+
+func (pc *pmiConn) reply(line string) error {
+	if len(line) > PMIMaxLine-1 {
+		return fmt.Errorf("rendezvous: reply of %d bytes would overflow MPICH's line buffer", len(line))
+	}
+	_, err := io.WriteString(pc.c, line)
+	return err
+}
+
+// handle serves one request line. done means the connection should close.
+func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err error) {
+	s := pc.s
+	m, perr := ParsePMILine(line)
+	if perr != nil {
+		if strings.HasPrefix(line, "cmd=abort ") { // lenient: an abort message may contain spaces
+			m, perr = PMIMessage{Cmd: "abort", Args: map[string]string{}}, nil
+			for _, t := range strings.Fields(line) {
+				if k, v, ok := strings.Cut(t, "="); ok && k == "exitcode" {
+					m.Args[k] = v
+				}
+			}
+			if _, msg, ok := strings.Cut(line, "error_msg="); ok {
+				m.Args["error_msg"] = strings.TrimSpace(msg)
+			}
+		} else {
+			s.logf("pmi: rank %d: %v", pc.rank, perr)
+			pc.reply(formatPMI("error", "rc", "-1", "msg", "malformed_line"))
+			return true, perr
+		}
+	}
+	if pc.rank < 0 && m.Cmd != "initack" {
+		pc.reply(formatPMI("error", "rc", "-1", "msg", "initack_required"))
+		return true, fmt.Errorf("rendezvous: PMI_PORT connection sent cmd=%s before cmd=initack pmiid=", m.Cmd)
+	}
+	if m.Multi {
+		return pc.multi(m)
+	}
+	switch m.Cmd {
+	case "initack":
+		if pc.rank >= 0 {
+			return true, fmt.Errorf("rendezvous: rank %d sent initack twice or on a PMI_FD connection", pc.rank)
+		}
+		id, err := m.Int("pmiid")
+		if err != nil || !s.local.ranks[id] {
+			pc.reply(formatPMI("error", "rc", "-1", "msg", "unknown_pmiid"))
+			return true, fmt.Errorf("rendezvous: initack with unknown pmiid %q", m.Args["pmiid"])
+		}
+		if err := s.claim(id); err != nil {
+			return true, err
+		}
+		pc.rank = id
+		return false, pc.reply(formatPMI("initack") + formatPMI("set", "size", strconv.Itoa(s.cfg.Size)) +
+			formatPMI("set", "rank", strconv.Itoa(id)) + formatPMI("set", "debug", "0"))
+	case "init":
+		pc.inited = true
+		return false, pc.reply(formatPMI("response_to_init", "pmi_version", "1", "pmi_subversion", "1", "rc", "0"))
+	case "get_maxes":
+		return false, pc.reply(formatPMI("maxes", "kvsname_max", strconv.Itoa(PMIKVSNameMax),
+			"keylen_max", strconv.Itoa(PMIKeyLenMax), "vallen_max", strconv.Itoa(PMIValLenMax)))
+	case "get_appnum":
+		return false, pc.reply(formatPMI("appnum", "appnum", strconv.Itoa(s.cfg.AppNum)))
+	case "get_my_kvsname":
+		return false, pc.reply(formatPMI("my_kvsname", "kvsname", s.cfg.KVSName))
+	case "get_universe_size":
+		return false, pc.reply(formatPMI("universe_size", "size", strconv.Itoa(s.cfg.UniverseSize)))
+	case "put":
+		key, value := m.Args["key"], m.Args["value"]
+		switch {
+		case m.Args["kvsname"] != s.cfg.KVSName:
+			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "unknown_kvsname"))
+		case key == "" || len(key) >= PMIKeyLenMax:
+			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "bad_key"))
+		case len(value) >= PMIValLenMax:
+			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "value_too_long"))
+		}
+		s.local.put(key, value)
+		return false, pc.reply(formatPMI("put_result", "rc", "0", "msg", "success"))
+	case "get":
+		key := m.Args["key"]
+		if m.Args["kvsname"] != s.cfg.KVSName {
+			return false, pc.reply(formatPMI("get_result", "rc", "-1", "msg", "unknown_kvsname", "value", "unknown"))
+		}
+		if v, ok := s.local.get(key); ok {
+			r := formatPMI("get_result", "rc", "0", "msg", "success", "value", v)
+			if len(r) <= PMIMaxLine-1 {
+				return false, pc.reply(r)
+			}
+		}
+		r := formatPMI("get_result", "rc", "-1", "msg", "key_"+key+"_not_found", "value", "unknown")
+		if len(r) > PMIMaxLine-1 {
+			r = formatPMI("get_result", "rc", "-1", "msg", "key_not_found", "value", "unknown")
+		}
+		return false, pc.reply(r)
+	case "barrier_in":
+		if err := s.local.barrier(ctx, pc.rank); err != nil {
+			if s.cfg.OnFenceError != nil {
+				s.cfg.OnFenceError(err)
+			}
+			// Closing, not replying: a barrier_out would let MPICH go on as
+			// if the fence had completed.
+			return true, err
+		}
+		return false, pc.reply(formatPMI("barrier_out"))
+	case "finalize":
+		pc.finalized = true
+		return false, pc.reply(formatPMI("finalize_ack"))
+	case "abort":
+		code, err := m.Int("exitcode")
+		if err != nil {
+			code = 1
+		}
+		msg := m.Args["error_msg"]
+		if msg == "" {
+			msg = m.Args["msg"]
+		}
+		pc.aborted = true
+		if s.cfg.OnAbort != nil {
+			s.cfg.OnAbort(pc.rank, code, msg)
+		}
+		// No reply, and keep the connection open: MPI_Abort must block
+		// until the launcher kills the rank (pmi.md §6).
+		return false, nil
+	case "publish_name", "unpublish_name", "lookup_name":
+		return false, pc.reply(formatPMI(strings.TrimSuffix(m.Cmd, "_name")+"_result", "rc", "1", "msg", "not_supported"))
+	default:
+		s.logf("pmi: rank %d: unsupported command %q", pc.rank, m.Cmd)
+		return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "unsupported"))
+	}
+}
+
+// maxSpawnLines bounds a multi-line command block.
+const maxSpawnLines = 4096
+
+// multi reads a multi-line (mcmd=) block up to its endcmd line, so the
+// stream stays in sync, and refuses it.
+func (pc *pmiConn) multi(m PMIMessage) (bool, error) {
+	for n, ended := 0, false; !ended; n++ {
+		if n >= maxSpawnLines {
+			return true, fmt.Errorf("rendezvous: rank %d: mcmd=%s block without endcmd", pc.rank, m.Cmd)
+		}
+		line, err := readLine(pc.r, pc.s.cfg.MaxLine)
+		if err != nil {
+			return true, err
+		}
+		ended = strings.TrimSpace(line) == "endcmd"
+	}
+	pc.s.logf("pmi: rank %d: mcmd=%s is not supported", pc.rank, m.Cmd)
+	return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "not_supported"))
+}
