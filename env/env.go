@@ -29,6 +29,10 @@ type Rank struct {
 	// planned by package topology to leave alone what the user set. They
 	// override the agent's environment and are overridden by -x.
 	Binding []string
+	// PMIFD is the rank's end of its PMI-1 socketpair (PMI_FD, with
+	// PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, as MPICH's
+	// Hydra sets them); 0 = none.
+	PMIFD int
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -126,6 +130,10 @@ func Vars(r Rank) []string {
 	}
 	if r.Dir != "" {
 		v = append(v, "PWD="+r.Dir)
+	}
+	if r.PMIFD > 0 {
+		v = append(v, "PMI_FD="+itoa(r.PMIFD), "PMI_RANK="+itoa(r.Rank), "PMI_SIZE="+itoa(r.WorldSize),
+			"MPI_LOCALRANKID="+itoa(r.LocalRank), "MPI_LOCALNRANKS="+itoa(r.LocalWorldSize))
 	}
 	sort.Strings(v)
 	return v

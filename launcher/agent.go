@@ -66,6 +66,11 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
+	pmi       *pmiState // this generation's PMI-1 server
+	fenceMu   sync.Mutex
+	fenceSeq  int
+	fenceWait map[int]chan control.FenceReply
+
 	kidsMu   sync.Mutex
 	kids     map[int]*kid // lower agents by node (--launch-fanout)
 	dialOnce sync.Once
@@ -249,6 +254,12 @@ func (a *agent) readFrames(r *control.Reader) error {
 				return err
 			}
 			a.kill(k.Grace)
+		case control.TypeFenceRe:
+			var r control.FenceReply
+			if err := f.Decode(&r); err != nil {
+				return err
+			}
+			a.fenceDone(r)
 		case control.TypeCheck:
 			var q control.Check
 			if err := f.Decode(&q); err != nil {
@@ -301,7 +312,7 @@ func (a *agent) launch(l control.Launch) {
 			JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
-			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints,
+			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints, PMIFD: pmiFD,
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {
@@ -322,6 +333,13 @@ func (a *agent) launch(l control.Launch) {
 		a.killT.Stop()
 	}
 	ooms := oomKills()
+	a.pmi.close()
+	a.pmi = nil
+	if p, err := a.startPMI(l); err == nil {
+		a.pmi = p
+	} else {
+		a.log.printf("PMI server: %v", err)
+	}
 	fail := func(s control.RankSpec, code int, msg string) {
 		a.w.Send(control.TypeExited, control.Exited{Generation: l.Generation, Rank: s.Rank, End: time.Now(), Code: code, Err: msg})
 		a.live--
@@ -438,6 +456,14 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		outW.Close()
 		return nil, err
 	}
+	pmiMine, pmiTheirs, err := socketpair(s.Rank)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		errR.Close()
+		errW.Close()
+		return nil, err
+	}
 	var inR, inW *os.File
 	if s.Stdin {
 		inR, inW, err = os.Pipe()
@@ -454,13 +480,15 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   l.Dir,
 		Env:   environ,
-		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd()},
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd(), pmiTheirs.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	inR.Close()
 	outW.Close()
 	errW.Close()
+	pmiTheirs.Close()
 	if err != nil {
+		pmiMine.Close()
 		outR.Close()
 		errR.Close()
 		if inW != nil {
@@ -469,6 +497,11 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		return nil, err
 	}
 	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
+	if a.pmi != nil {
+		a.pmi.serve(pmiMine, s.Rank)
+	} else {
+		pmiMine.Close()
+	}
 	p.readers.Add(2)
 	go a.relay(p, outR, output.Stdout)
 	go a.relay(p, errR, output.Stderr)
@@ -627,6 +660,11 @@ func (a *agent) kill(grace time.Duration) {
 // Lower agents lose their connection and do the same on their hosts.
 func (a *agent) shutdown(grace time.Duration) error {
 	a.dropKids()
+	defer func() {
+		a.mu.Lock()
+		a.pmi.close()
+		a.mu.Unlock()
+	}()
 	a.mu.Lock()
 	n := len(a.byPID)
 	careful := n > 0 || a.leftovers

@@ -23,6 +23,7 @@ import (
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
+	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/sshclient"
 )
 
@@ -63,6 +64,9 @@ type Options struct {
 	ReportBind    bool          // --report-bindings
 	SSH           control.SSH   // how to reach other hosts
 	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
+	// RendezvousTimeout bounds a fence (PMI barrier) from its first host
+	// on; 0 = 5 minutes.
+	RendezvousTimeout time.Duration
 
 	Starter Starter   // nil = LocalStarter
 	Stdin   io.Reader // nil = os.Stdin
@@ -202,6 +206,8 @@ type event struct {
 	done   *control.Done
 	env    *control.Env
 	route  *control.RouteReply
+	fence  *control.Fence
+	abort  *control.Abort
 	check  *control.CheckReply
 	msg    string // TypeError text
 	err    error  // the agent's channel failed or ended (frame 0)
@@ -244,6 +250,9 @@ type head struct {
 	relayed map[int]*relayedAgent // agents reached through others, by node
 
 	done chan struct{} // closed when the head is finished: heartbeats stop
+
+	store   *rendezvous.Store // the job-wide key-value store (PMI fences)
+	mapping string            // PMI_process_mapping
 
 	topoFirst     string // the first host's topology summary (when bound)
 	topoFirstNode int
@@ -294,6 +303,15 @@ func (h *head) run(ctx context.Context) (int, error) {
 		h.stopAgents()
 		return code, err
 	}
+	if h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: h.o.RendezvousTimeout}); err != nil {
+		h.stopAgents()
+		return ExitLaunch, err
+	}
+	nodeOf := make([]int, len(h.plan.Ranks))
+	for r, p := range h.plan.Ranks {
+		nodeOf[r] = p.Node
+	}
+	h.mapping, _ = rendezvous.ProcessMappingOf(nodeOf)
 	h.rec = make([]RankRecord, len(h.plan.Ranks))
 	for r, p := range h.plan.Ranks {
 		h.rec[r] = RankRecord{Rank: r, Host: h.plan.Nodes[p.Node].Host.Name, Code: -1}
@@ -423,6 +441,43 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 						stop(o.Grace)
 					}
 				}
+			case e.fence != nil:
+				// The store waits for every host; answer off the loop.
+				go func(node int, f *control.Fence) {
+					kvs, err := h.store.Fence(context.Background(), f.Generation, node, f.Puts)
+					rep := control.FenceReply{Generation: f.Generation, Seq: f.Seq, KVs: kvs}
+					if err != nil {
+						rep.Err = err.Error()
+					}
+					h.agents[node].w.Send(control.TypeFenceRe, rep)
+				}(e.node, e.fence)
+			case e.abort != nil:
+				x := e.abort
+				if x.Generation != gen {
+					continue
+				}
+				r := h.rec[x.Rank]
+				why := fmt.Sprintf("called MPI_Abort(%d)", x.Code)
+				if x.Msg != "" {
+					why += ": " + x.Msg
+				}
+				code := x.Code
+				if x.Early {
+					why, code = "left before MPI_Finalize (its PMI connection closed)", 1
+				}
+				// Nobody waits on it in a fence any more.
+				h.store.Leave(gen, e.node, fmt.Sprintf("rank %d on %s %s", x.Rank, r.Host, why))
+				if h.firstErr == nil && res.reason == reasonSuccess {
+					r.Err, r.Code, r.End = why, code, time.Now()
+					if r.PID == 0 {
+						r.PID = -1
+					}
+					h.firstErr = &r
+					res.reason = reasonFailed
+					if !stopping {
+						stop(o.Grace)
+					}
+				}
 			case e.done != nil:
 				if e.done.Generation == gen {
 					h.agents[e.node].maxRSS = e.done.MaxRSS
@@ -474,6 +529,7 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
+		PMI:     control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping},
 		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
@@ -777,6 +833,12 @@ func (h *head) read(a *agentConn) {
 		case control.TypeEnv:
 			ev.env = new(control.Env)
 			err = f.Decode(ev.env)
+		case control.TypeFence:
+			ev.fence = new(control.Fence)
+			err = f.Decode(ev.fence)
+		case control.TypeAbort:
+			ev.abort = new(control.Abort)
+			err = f.Decode(ev.abort)
 		case control.TypeCheckRe:
 			ev.check = new(control.CheckReply)
 			err = f.Decode(ev.check)

@@ -117,7 +117,7 @@ func (h *head) summarize(res result) int {
 	defer func() { h.notef("%s", w.String()) }()
 	stopped := 0
 	for _, r := range h.rec {
-		if r.Stopped {
+		if r.Stopped && (h.firstErr == nil || r.Rank != h.firstErr.Rank) {
 			stopped++
 		}
 	}

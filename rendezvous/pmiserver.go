@@ -40,8 +40,9 @@ type PMIConfig struct {
 	// OnAbort is called once per cmd=abort (rank, exit code, message). The
 	// aborting rank gets no reply: the caller must kill the job (pmi.md §6).
 	OnAbort func(rank, code int, msg string)
-	// OnEarlyExit is called when a rank's connection ends before finalize
-	// (and without abort). The barrier of the other local ranks then fails.
+	// OnEarlyExit is called when a rank that sent init ends its connection
+	// before finalize (and without abort). The barrier of the other local
+	// ranks fails whether or not it sent init.
 	OnEarlyExit func(rank int)
 	// OnFenceError is called when a barrier fails (the job-wide fence
 	// failed, or a local rank is gone). The waiting ranks' connections are
@@ -222,7 +223,9 @@ func (s *PMIServer) serve(ctx context.Context, c net.Conn, rank int) (err error)
 		}
 		if pc.rank >= 0 && !pc.finalized && !pc.aborted && !pc.dropped && !closed && ctx.Err() == nil {
 			s.local.gone(fmt.Errorf("rendezvous: rank %d exited before PMI finalize", pc.rank))
-			if s.cfg.OnEarlyExit != nil {
+			// A rank that never said init is no MPI program (or not yet
+			// one): only a barrier it leaves waiting fails, above.
+			if s.cfg.OnEarlyExit != nil && pc.inited {
 				s.cfg.OnEarlyExit(pc.rank)
 			}
 			if err == nil {

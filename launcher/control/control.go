@@ -55,10 +55,13 @@ const (
 	TypeSpawnErr Type = 19 // A->H: a lower agent could not start or its stream failed
 	TypeCheck    Type = 20 // H->A: Check, a preflight question
 	TypeCheckRe  Type = 21 // A->H: CheckReply
-	maxType      Type = 21
+	TypeFence    Type = 22 // A->H: Fence, this host's ranks reached a PMI barrier
+	TypeFenceRe  Type = 23 // H->A: FenceReply, the job-wide fence completed (or failed)
+	TypeAbort    Type = 24 // A->H: Abort, a rank called MPI_Abort or left before finalize
+	maxType      Type = 24
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
@@ -128,6 +131,7 @@ type Launch struct {
 	MaxRestarts    int        `json:"max_restarts"`
 	Exports        []string   `json:"exports,omitempty"` // resolved -x NAME=value pairs
 	Bind           Bind       `json:"bind"`
+	PMI            PMI        `json:"pmi"`
 	PrintEnv       int        `json:"print_env,omitempty"` // if > 0, reply with the Env of rank PrintEnv-1 and start nothing
 }
 
@@ -139,6 +143,12 @@ type Bind struct {
 	Oversubscribed bool   `json:"oversubscribed,omitempty"` // more ranks here than slots: unbound unless To is set
 	Report         bool   `json:"report,omitempty"`         // describe the bindings in Started.Report
 	GPUs           []int  `json:"gpus,omitempty"`           // the host's GPU slots a DeepSpeed --include/--exclude left; nil = all
+}
+
+// PMI describes the job to the agents' PMI-1 servers.
+type PMI struct {
+	KVSName string `json:"kvsname"`
+	Mapping string `json:"mapping,omitempty"` // PMI_process_mapping
 }
 
 // Started reports that ranks' processes run.
@@ -274,6 +284,32 @@ type CheckResult struct {
 	Iface   string        `json:"iface,omitempty"` // the local interface that reached it
 	Latency time.Duration `json:"latency,omitempty"`
 	Err     string        `json:"err,omitempty"`
+}
+
+// Fence carries a host's puts into the job-wide fence of a generation.
+type Fence struct {
+	Generation int               `json:"generation"`
+	Seq        int               `json:"seq"` // the host's fence count, to match the reply
+	Puts       map[string]string `json:"puts,omitempty"`
+}
+
+// FenceReply ends a fence: everything the fence published, or why it
+// failed.
+type FenceReply struct {
+	Generation int               `json:"generation"`
+	Seq        int               `json:"seq"`
+	KVs        map[string]string `json:"kvs,omitempty"`
+	Err        string            `json:"err,omitempty"`
+}
+
+// Abort reports a rank that ends the job through PMI: MPI_Abort (Code,
+// Msg), or a connection closed before finalize (Early).
+type Abort struct {
+	Generation int    `json:"generation"`
+	Rank       int    `json:"rank"`
+	Code       int    `json:"code"`
+	Msg        string `json:"msg,omitempty"`
+	Early      bool   `json:"early,omitempty"`
 }
 
 // Output is a chunk of a rank's stdout (Stream 1) or stderr (Stream 2).
