@@ -446,24 +446,30 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 
 // start forks one rank. The caller registers it.
 func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
+	// Every descriptor made here: the child's ends are closed once it is
+	// forked, and all of them if anything fails.
+	var parent, child []*os.File
+	fail := func(err error) (*rankProc, error) {
+		for _, f := range append(parent, child...) {
+			f.Close()
+		}
+		return nil, err
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
+	parent, child = append(parent, outR), append(child, outW)
 	errR, errW, err := os.Pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, err
+		return fail(err)
 	}
+	parent, child = append(parent, errR), append(child, errW)
 	pmiMine, pmiTheirs, err := socketpair(s.Rank)
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return nil, err
+		return fail(err)
 	}
+	parent, child = append(parent, pmiMine), append(child, pmiTheirs)
 	var inR, inW *os.File
 	if s.Stdin {
 		inR, inW, err = os.Pipe()
@@ -471,11 +477,11 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		inR, err = os.Open(os.DevNull)
 	}
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		errR.Close()
-		errW.Close()
-		return nil, err
+		return fail(err)
+	}
+	child = append(child, inR)
+	if inW != nil {
+		parent = append(parent, inW)
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Dir:   l.Dir,
@@ -483,18 +489,11 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd(), pmiTheirs.Fd()},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
-	inR.Close()
-	outW.Close()
-	errW.Close()
-	pmiTheirs.Close()
 	if err != nil {
-		pmiMine.Close()
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
-		return nil, err
+		return fail(err)
+	}
+	for _, f := range child {
+		f.Close()
 	}
 	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
 	if a.pmi != nil {
