@@ -259,6 +259,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
+		RendezvousTimeout: dur("rendezvous-timeout"),
 		SSH: s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)
