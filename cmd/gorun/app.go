@@ -260,7 +260,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
 		RendezvousTimeout: dur("rendezvous-timeout"),
-		SSH: s.ssh(),
+		SSH:               s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)
 	if err != nil || code != 0 {
