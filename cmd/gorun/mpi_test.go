@@ -60,11 +60,13 @@ func TestMPICH(t *testing.T) {
 }
 
 // The same program across two SSH hosts: one fence message per host
-// crosses the control channel.
+// crosses the control channel. UCX is left to its own choice: the fake
+// hosts share a kernel, and MPICH 4.0.2 with UCX 1.13's TCP transport
+// alone hangs in MPI_Finalize now and then (seen here, in and out of gorun).
 func TestSSHMPICH(t *testing.T) {
 	c := sharedCluster(t)
 	bin := buildMPIHello(t, binDir)
-	r := runBin(t, gorunBin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", "-x", "UCX_TLS=tcp,self", bin)
+	r := runBin(t, gorunBin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", bin)
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
