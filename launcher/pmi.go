@@ -71,6 +71,7 @@ func (a *agent) fenceDone(r control.FenceReply) {
 // pmiState is one generation's PMI-1 server on this host.
 type pmiState struct {
 	srv    *rendezvous.PMIServer
+	ctx    context.Context // ends the connections when the generation does
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -97,8 +98,7 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	_ = ctx
-	return &pmiState{srv: srv, cancel: cancel}, nil
+	return &pmiState{srv: srv, ctx: ctx, cancel: cancel}, nil
 }
 
 // serve serves one rank's end of its socketpair.
@@ -111,7 +111,7 @@ func (p *pmiState) serve(f *os.File, rank int) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		p.srv.ServeConn(context.Background(), c, rank)
+		p.srv.ServeConn(p.ctx, c, rank)
 	}()
 }
 

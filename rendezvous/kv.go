@@ -179,23 +179,7 @@ func (s *KVServer) Listen(ctx context.Context, dir, name string) (net.Listener, 
 
 // Serve accepts connections on l until ctx ends or l fails, and closes l.
 func (s *KVServer) Serve(ctx context.Context, l net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
-	defer l.Close()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			s.ServeConn(ctx, c)
-		}()
-	}
+	return acceptLoop(ctx, l, &s.wg, func(c net.Conn) { s.ServeConn(ctx, c) })
 }
 
 // Close closes every connection and fails every fence in progress.
@@ -397,4 +381,26 @@ func (cl *Client) Fence(ctx context.Context) error {
 func (cl *Client) Close() error {
 	cl.call(context.Background(), opOK, encodeFrame(opBye), nil)
 	return cl.c.Close()
+}
+
+// acceptLoop accepts connections on l and serves each with serve in its own
+// goroutine (counted in wg) until ctx ends or l fails; it closes l.
+func acceptLoop(ctx context.Context, l net.Listener, wg *sync.WaitGroup, serve func(net.Conn)) error {
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	defer l.Close()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			serve(c)
+		}()
+	}
 }

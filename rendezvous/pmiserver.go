@@ -115,25 +115,11 @@ func (s *PMIServer) logf(format string, args ...any) {
 // connection must start with "cmd=initack pmiid=<rank>" (PMI_ID set in the
 // rank's environment). It closes l when it returns.
 func (s *PMIServer) Serve(ctx context.Context, l net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { l.Close() })
-	defer stop()
-	defer l.Close()
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
+	return acceptLoop(ctx, l, &s.wg, func(c net.Conn) {
+		if err := s.serve(ctx, c, -1); err != nil {
+			s.logf("pmi: %v", err)
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := s.serve(ctx, c, -1); err != nil {
-				s.logf("pmi: %v", err)
-			}
-		}()
-	}
+	})
 }
 
 // ServeConn serves rank on c (the launcher's end of the rank's PMI_FD

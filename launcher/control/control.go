@@ -78,7 +78,6 @@ type Hello struct {
 	PID      int    `json:"pid,omitempty"`       // the agent's pid
 	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
 	NUMA     int    `json:"numa,omitempty"`      // NUMA nodes of the host
-	GPUs     int    `json:"gpus,omitempty"`      // GPUs found on the host
 	FreePort int    `json:"free_port,omitempty"` // a port free on the agent's host, outside the ephemeral range
 	// ConnAddr is the agent host's own address on the connection the head
 	// reached it by (the server side of SSH_CONNECTION); "" when local.
