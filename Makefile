@@ -5,8 +5,12 @@ LDFLAGS := -X main.version=$(VERSION)
 
 .PHONY: build run test check fuzz bench clean
 
+# gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
+# programs, links libpmix (libpmix-dev) and sits next to it.
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
+	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o gorun-pmix ./plugins/pmix; \
+	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
 # gorun's main job on this machine: localhost is the default host.
 run: build
@@ -28,9 +32,10 @@ fuzz:
 	@for f in $$($(GO) test -list 'Fuzz.*' ./hostfile/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./hostfile/ || exit 1; done
 	$(GO) test -run=NONE -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./launcher/control/
 	$(GO) test -run=NONE -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./config/
+	@for f in $$($(GO) test -list 'Fuzz.*' ./rendezvous/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./rendezvous/ || exit 1; done
 
 bench:
 	./bench/launch.sh
 
 clean:
-	rm -rf gorun bench/.bin bench/results
+	rm -rf gorun gorun-pmix bench/.bin bench/results

@@ -33,6 +33,14 @@ type Rank struct {
 	// PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, as MPICH's
 	// Hydra sets them); 0 = none.
 	PMIFD int
+	// PMIx is the environment a PMIx server made for the rank (PMIX_*
+	// names from PMIx_server_setup_fork); when set, the rank also gets
+	// OMPI_MCA_schizo=^orte, without which Open MPI 4.1 ignores any
+	// launcher it does not know and runs each rank as a singleton.
+	PMIx []string
+	// Secret is the per-job secret that GORUN_AGENT_SOCKET asks for
+	// (GORUN_JOB_SECRET); "" = none.
+	Secret string
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -127,6 +135,13 @@ func Vars(r Rank) []string {
 	}
 	if r.AgentSocket != "" {
 		v = append(v, "GORUN_AGENT_SOCKET="+r.AgentSocket)
+	}
+	if r.Secret != "" {
+		v = append(v, "GORUN_JOB_SECRET="+r.Secret)
+	}
+	if len(r.PMIx) > 0 {
+		v = append(v, r.PMIx...)
+		v = append(v, "OMPI_MCA_schizo=^orte")
 	}
 	if r.Dir != "" {
 		v = append(v, "PWD="+r.Dir)

@@ -66,7 +66,8 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
-	pmi       *pmiState // this generation's PMI-1 server
+	pmi       *pmiState  // this generation's PMI-1 server
+	pmix      *pmixState // this generation's PMIx server, when the program needs one
 	fenceMu   sync.Mutex
 	fenceSeq  int
 	fenceWait map[int]chan control.FenceReply
@@ -303,6 +304,7 @@ func (a *agent) launch(l control.Launch) {
 		}
 		return nil
 	}
+	var pmixEnv map[int][]string
 	rankEnv := func(i int, s control.RankSpec) []string {
 		var hints []string
 		if b := bindingOf(i); b != nil {
@@ -313,6 +315,7 @@ func (a *agent) launch(l control.Launch) {
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints, PMIFD: pmiFD,
+			PMIx: pmixEnv[s.Rank],
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {
@@ -347,6 +350,16 @@ func (a *agent) launch(l control.Launch) {
 	path, code, msg := a.resolve(l, base)
 	if msg == "" && bindErr != nil {
 		code, msg = 2, "binding: "+bindErr.Error()
+	}
+	a.pmix.close()
+	a.pmix = nil
+	if msg == "" {
+		p, err := a.startPMIx(l, path)
+		if err != nil {
+			code, msg = 2, err.Error()
+		} else if p != nil {
+			a.pmix, pmixEnv = p, p.env
+		}
 	}
 	if msg != "" {
 		for _, s := range l.Ranks {
@@ -602,9 +615,17 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 	}
 	e.StderrTail = p.tail.String()
 	a.mu.Lock()
+	px := a.pmix
+	a.mu.Unlock()
+	early := e.Code == 0 && e.Signal == 0 && px != nil && px.gen == e.Generation && px.leftEarly(p.rank)
+	a.mu.Lock()
 	defer a.mu.Unlock()
 	if e.Generation != a.gen {
 		return
+	}
+	if early {
+		a.w.Send(control.TypeAbort, control.Abort{Generation: e.Generation, Rank: p.rank, Early: true,
+			Msg: "left before MPI_Finalize (it called PMIx_Init and exited without PMIx_Finalize)"})
 	}
 	a.w.Send(control.TypeExited, e)
 	a.live--
@@ -618,6 +639,8 @@ func (a *agent) done() {
 	if a.killT != nil {
 		a.killT.Stop()
 	}
+	a.pmix.close() // before the orphan sweep, which would take it for one
+	a.pmix = nil
 	killOrphans(time.Second, a.leftovers)
 	a.leftovers = false
 	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS()})
@@ -662,6 +685,8 @@ func (a *agent) shutdown(grace time.Duration) error {
 	defer func() {
 		a.mu.Lock()
 		a.pmi.close()
+		a.pmix.close()
+		a.pmix = nil
 		a.mu.Unlock()
 	}()
 	a.mu.Lock()

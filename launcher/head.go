@@ -67,6 +67,9 @@ type Options struct {
 	// RendezvousTimeout bounds a fence (PMI barrier) from its first host
 	// on; 0 = 5 minutes.
 	RendezvousTimeout time.Duration
+	// PMIx is PMIxAuto, PMIxOn or PMIxOff: whether agents serve PMIx
+	// (through the gorun-pmix plugin) to Open MPI programs.
+	PMIx string
 
 	Starter Starter   // nil = LocalStarter
 	Stdin   io.Reader // nil = os.Stdin
@@ -464,6 +467,9 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 				code := x.Code
 				if x.Early {
 					why, code = "left before MPI_Finalize (its PMI connection closed)", 1
+					if x.Msg != "" {
+						why = x.Msg
+					}
 				}
 				// Nobody waits on it in a fence any more.
 				h.store.Leave(gen, e.node, fmt.Sprintf("rank %d on %s %s", x.Rank, r.Host, why))
@@ -523,13 +529,25 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 	return res
 }
 
+// pmixHosts are the node names a PMIx server needs, unless PMIx is off.
+func (h *head) pmixHosts() []string {
+	if h.o.PMIx == PMIxOff {
+		return nil
+	}
+	hosts := make([]string, len(h.plan.Nodes))
+	for i, n := range h.plan.Nodes {
+		hosts[i] = n.Host.Name
+	}
+	return hosts
+}
+
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
 		Generation: gen, JobID: h.jobID, Argv: h.o.Argv, Dir: cwd(),
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
-		PMI:     control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping},
+		PMI:     control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts()},
 		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},

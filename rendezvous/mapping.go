@@ -81,3 +81,54 @@ func shortestPeriod(blocks []mapBlock) []mapBlock {
 	}
 	return blocks
 }
+
+// ParseProcessMapping reads a PMI_process_mapping value as MPICH does and
+// returns the node number of each of size ranks: blocks (S,C,P) in order,
+// wrapping around when they cover fewer than size ranks. It is the inverse
+// of [ProcessMappingOf].
+func ParseProcessMapping(s string, size int) ([]int, error) {
+	bad := func(why string) error { return fmt.Errorf("rendezvous: process mapping %q: %s", s, why) }
+	if size <= 0 {
+		return nil, bad("no ranks")
+	}
+	body, ok := strings.CutPrefix(s, "(vector")
+	if !ok || !strings.HasSuffix(body, ")") {
+		return nil, bad("not a (vector,...) value")
+	}
+	body = strings.TrimSuffix(body, ")")
+	var blocks []mapBlock
+	for body != "" {
+		rest, ok := strings.CutPrefix(body, ",(")
+		if !ok {
+			return nil, bad("expected ,(S,C,P)")
+		}
+		end := strings.IndexByte(rest, ')')
+		if end < 0 {
+			return nil, bad("unclosed block")
+		}
+		var b mapBlock
+		var tail string
+		if n, _ := fmt.Sscanf(rest[:end], "%d,%d,%d%s", &b.start, &b.nodes, &b.per, &tail); n != 3 || b.start < 0 || b.nodes <= 0 || b.per <= 0 {
+			return nil, bad("block (" + rest[:end] + ")")
+		}
+		if b.start > size || b.nodes > size || b.per > size {
+			return nil, bad("block (" + rest[:end] + ") is larger than the job")
+		}
+		blocks = append(blocks, b)
+		body = rest[end+1:]
+	}
+	if len(blocks) == 0 {
+		return nil, bad("no blocks")
+	}
+	nodeOf := make([]int, 0, size)
+	for len(nodeOf) < size {
+		for _, b := range blocks {
+			for n := b.start; n < b.start+b.nodes && len(nodeOf) < size; n++ {
+				for j := 0; j < b.per && len(nodeOf) < size; j++ {
+					nodeOf = append(nodeOf, n)
+				}
+			}
+		}
+	}
+	return nodeOf, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -424,4 +425,57 @@ func TestProcessMapping(t *testing.T) {
 	if _, err := ProcessMapping([]int{-1}); err == nil {
 		t.Error("ProcessMapping([-1]) succeeded")
 	}
+}
+
+// TestParseProcessMapping checks the parser against MPICH's reading of the
+// values in ../reference (wrap-around included) and round-trips placements.
+func TestParseProcessMapping(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		size int
+		want []int
+	}{
+		{"(vector,(0,1,4))", 4, []int{0, 0, 0, 0}},
+		{"(vector,(0,2,2))", 4, []int{0, 0, 1, 1}},
+		{"(vector,(0,3,1))", 7, []int{0, 1, 2, 0, 1, 2, 0}},
+		{"(vector,(0,1,1),(1,1,3))", 4, []int{0, 1, 1, 1}},
+	} {
+		got, err := ParseProcessMapping(tc.in, tc.size)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("ParseProcessMapping(%q, %d) = %v, %v; want %v", tc.in, tc.size, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "(vector)", "(vector,(0,1))", "(vector,(0,0,1))", "(vector,(0,1,-1))", "vector,(0,1,1)", "(vector,(0,1,1)", "(vector,(0,1,1)x)"} {
+		if got, err := ParseProcessMapping(bad, 4); err == nil {
+			t.Errorf("ParseProcessMapping(%q) = %v, want an error", bad, got)
+		}
+	}
+	for _, nodeOf := range [][]int{{0}, {0, 0, 1, 1, 2}, {0, 1, 0, 1}, {0, 1, 1, 2, 2, 2}} {
+		m, err := ProcessMappingOf(nodeOf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParseProcessMapping(m, len(nodeOf))
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(nodeOf) {
+			t.Errorf("round trip of %v through %q gave %v, %v", nodeOf, m, got, err)
+		}
+	}
+}
+
+// FuzzParseProcessMapping: any input gives nodes or an error, never a
+// panic, and the nodes always number size ranks.
+func FuzzParseProcessMapping(f *testing.F) {
+	f.Add("(vector,(0,2,2))", 4)
+	f.Add("(vector,(0,1,1),(1,1,3))", 9)
+	f.Fuzz(func(t *testing.T, s string, size int) {
+		size = size%5000 + 1
+		if size <= 0 {
+			size = -size + 1
+		}
+		got, err := ParseProcessMapping(s, size)
+		if err == nil && len(got) != size {
+			t.Fatalf("%q: %d nodes for %d ranks", s, len(got), size)
+		}
+	})
 }

@@ -9,6 +9,9 @@ pkgs=(
   openssh-server  # /usr/sbin/sshd on each fake host of testhosts (SSH tests and benchmarks)
   hwloc           # lstopo, which the topology tests compare gorun's sysfs discovery with
   mpich libmpich-dev  # mpicc.mpich and a real MPICH program for the PMI-1 server tests
+  openmpi-bin libopenmpi-dev  # mpicc.openmpi, Open MPI programs under gorun-pmix, mpirun for benchmarks
+  libpmix-dev pkg-config gcc  # gorun-pmix links libpmix with cgo (go vet and go build ./... build it too)
+  python3-mpi4py  # mpi4py (linked to Open MPI by Debian) under gorun
   openssh-client  # ssh and ssh-keygen: the testhosts client side and launcher
   iproute2        # ip: testhosts' network namespaces, bridge, veths and routes
   util-linux mount  # unshare, nsenter and mount: testhosts' UTS and mount namespaces

@@ -249,6 +249,11 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 			return usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
 		}
 	}
+	switch get("pmix") {
+	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
+	default:
+		return usage(fmt.Errorf("--pmix %q: want auto, on or off", get("pmix")))
+	}
 	o := launcher.Options{
 		Argv: c.Args().Slice(), Hosts: hosts, ImplicitHosts: implicit,
 		Plan: launcher.PlanOptions{NP: num("np"), MapBy: mapBy, NPerNode: num("npernode"),
@@ -259,8 +264,8 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
-		RendezvousTimeout: dur("rendezvous-timeout"),
-		SSH:               s.ssh(),
+		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"),
+		SSH: s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)
 	if err != nil || code != 0 {

@@ -144,10 +144,15 @@ type Bind struct {
 	GPUs           []int  `json:"gpus,omitempty"`           // the host's GPU slots a DeepSpeed --include/--exclude left; nil = all
 }
 
-// PMI describes the job to the agents' PMI-1 servers.
+// PMI describes the job to the agents' PMI-1 and PMIx servers.
 type PMI struct {
 	KVSName string `json:"kvsname"`
 	Mapping string `json:"mapping,omitempty"` // PMI_process_mapping
+	// PMIx is auto (serve PMIx when the program needs it), on or off.
+	PMIx string `json:"pmix,omitempty"`
+	// Hosts are the job's node names in node order (for PMIx's maps);
+	// sent unless PMIx is off.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Started reports that ranks' processes run.

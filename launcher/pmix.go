@@ -1,0 +1,270 @@
+package launcher
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/plugins"
+	"github.com/gorun/gorun/plugins/pmixbridge"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// PMIx modes (--pmix).
+const (
+	PMIxAuto = "auto" // serve PMIx when the program needs it
+	PMIxOn   = "on"
+	PMIxOff  = "off"
+)
+
+// needsPMIx says whether a program needs a PMIx server to start as one job
+// (Open MPI 4 speaks nothing else), and why: an ELF program that links
+// Open MPI's libmpi.so.40 or libpmix, or a Python program that uses mpi4py
+// (Debian links mpi4py to Open MPI). A program that runs a script is read
+// as far as its first 256 KiB.
+func needsPMIx(path string, argv []string) (bool, string) {
+	if why := elfNeedsPMIx(path); why != "" {
+		return true, why
+	}
+	base := filepath.Base(path)
+	if strings.HasPrefix(base, "python") {
+		for i, a := range argv[1:] {
+			if a == "-m" && i+2 < len(argv) && strings.HasPrefix(argv[i+2], "mpi4py") {
+				return true, "it runs mpi4py"
+			}
+			if a == "-c" && i+2 < len(argv) && strings.Contains(argv[i+2], "mpi4py") {
+				return true, "it imports mpi4py"
+			}
+			if !strings.HasPrefix(a, "-") {
+				if mentions(a, "mpi4py") {
+					return true, a + " imports mpi4py"
+				}
+				break
+			}
+		}
+		return false, ""
+	}
+	// A script run directly: its interpreter line says what runs it.
+	if head := readHead(path, 256); bytes.HasPrefix(head, []byte("#!")) && bytes.Contains(head, []byte("python")) {
+		if mentions(path, "mpi4py") {
+			return true, path + " imports mpi4py"
+		}
+	}
+	return false, ""
+}
+
+// elfNeedsPMIx names the Open MPI or PMIx library an ELF file links.
+func elfNeedsPMIx(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	libs, _ := f.ImportedLibraries()
+	for _, l := range libs {
+		if strings.HasPrefix(l, "libmpi.so.40") || strings.HasPrefix(l, "libpmix.so") || strings.HasPrefix(l, "libopen-rte.so") {
+			return "it links " + l
+		}
+	}
+	return ""
+}
+
+func readHead(path string, n int) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	k, _ := io.ReadFull(f, b)
+	return b[:k]
+}
+
+func mentions(path, word string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 256<<10))
+	return bytes.Contains(b, []byte(word))
+}
+
+// findPMIxPlugin finds gorun-pmix: next to the running gorun (where
+// `make build` puts it, and where gorun stages it on remote hosts), then
+// in PATH.
+func findPMIxPlugin() (string, error) {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	p, _, err := plugins.Find(pmixbridge.Binary, dirs...)
+	return p, err
+}
+
+// pmixState is one generation's PMIx server on this host: the gorun-pmix
+// plugin process and the goroutine that answers its events.
+type pmixState struct {
+	a      *agent
+	gen    int
+	nspace string
+	node   int
+	plugin *plugins.Plugin
+	client *pmixbridge.Client
+	env    map[int][]string
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	dir    string
+
+	mu    sync.Mutex
+	fence int // fences seen so far
+}
+
+// startPMIx starts the plugin and registers the launch's ranks. It returns
+// nil, nil when the launch does not need PMIx.
+func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
+	mode := l.PMI.PMIx
+	if mode == "" || mode == PMIxOff {
+		return nil, nil
+	}
+	if mode == PMIxAuto {
+		need, why := needsPMIx(path, l.Argv)
+		if !need {
+			return nil, nil
+		}
+		_ = why
+	}
+	plug, err := findPMIxPlugin()
+	if err != nil {
+		return nil, fmt.Errorf("the program needs a PMIx server (Open MPI or mpi4py), and gorun's PMIx plugin is missing: %w; build it with `make build` or run with --pmix=off", err)
+	}
+	nodeOf, err := rendezvous.ParseProcessMapping(l.PMI.Mapping, l.WorldSize)
+	if err != nil {
+		return nil, err
+	}
+	if len(l.PMI.Hosts) == 0 || l.NodeRank >= len(l.PMI.Hosts) {
+		return nil, fmt.Errorf("PMIx: the launch names %d hosts, this is node %d", len(l.PMI.Hosts), l.NodeRank)
+	}
+	dir, err := os.MkdirTemp("", "gorun-pmix-"+l.JobID+"-")
+	if err != nil {
+		return nil, fmt.Errorf("PMIx: %w", err)
+	}
+	p, err := plugins.Start(plugins.Spec{
+		Name: pmixbridge.Name, Path: plug, Handshake: pmixbridge.Handshake,
+		Plugins: pmixbridge.PluginSet(nil), Stderr: a.o.Log, SocketDir: dir,
+		Env: []string{"TMPDIR=" + dir},
+	})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &pmixState{a: a, gen: l.Generation, nspace: "gorun." + l.JobID + "." + strconv.Itoa(l.Generation),
+		node: l.NodeRank, plugin: p, client: p.Service.(*pmixbridge.Client), dir: dir}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := s.client.Start(ctx, &pmixbridge.StartRequest{
+		Nspace: s.nspace, Hosts: l.PMI.Hosts, NodeOf: nodeOf, Node: l.NodeRank, UID: os.Getuid(), GID: os.Getgid(),
+	})
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("PMIx: %w", err)
+	}
+	s.env = rep.Env
+	ectx, ecancel := context.WithCancel(context.Background())
+	s.cancel = ecancel
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.client.Events(ectx, s.event); err != nil && ectx.Err() == nil {
+			a.log.printf("PMIx plugin: %v", err)
+		}
+	}()
+	return s, nil
+}
+
+// event answers one event of the plugin.
+func (s *pmixState) event(e *pmixbridge.Event) {
+	a := s.a
+	switch e.Kind {
+	case "abort":
+		a.w.Send(control.TypeAbort, control.Abort{Generation: s.gen, Rank: e.Rank, Code: e.Status, Msg: e.Msg})
+	case "fence":
+		s.mu.Lock()
+		s.fence++
+		seq := s.fence
+		s.mu.Unlock()
+		go s.fenceAcross(e, seq)
+	}
+}
+
+// fenceAcross completes a PMIx fence across hosts: this host's data goes to
+// the head's store as one put, and the fence returns every host's, which
+// PMIx wants concatenated.
+func (s *pmixState) fenceAcross(e *pmixbridge.Event, seq int) {
+	prefix := "pmix." + strconv.Itoa(seq) + "."
+	key := fmt.Sprintf("%s%09d", prefix, s.node)
+	f := &hostFencer{a: s.a, gen: s.gen}
+	kvs, err := f.Fence(context.Background(), map[string]string{key: base64.StdEncoding.EncodeToString(e.Data)})
+	done := &pmixbridge.FenceDone{ID: e.ID}
+	if err != nil {
+		done.Err = err.Error()
+	} else {
+		var keys []string
+		for k := range kvs {
+			if strings.HasPrefix(k, prefix) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			b, err := base64.StdEncoding.DecodeString(kvs[k])
+			if err != nil {
+				done.Err = fmt.Sprintf("fence data of %s: %v", k, err)
+				break
+			}
+			done.Data = append(done.Data, b...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.client.FenceDone(ctx, done); err != nil {
+		s.a.log.printf("PMIx fence: %v", err)
+	}
+}
+
+// leftEarly says whether a rank that exited with status 0 had started MPI
+// (PMIx_Init) without finishing it (PMIx_Finalize): that ends the job, as
+// its peers would wait for it forever.
+func (s *pmixState) leftEarly(rank int) bool {
+	if s == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := s.client.Rank(ctx, s.nspace, rank)
+	return err == nil && st.Connected && !st.Finalized
+}
+
+// close stops the plugin and removes its directory.
+func (s *pmixState) close() {
+	if s == nil {
+		return
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.plugin.Stop()
+	s.wg.Wait()
+	os.RemoveAll(s.dir)
+}

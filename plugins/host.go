@@ -1,0 +1,144 @@
+package plugins
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+)
+
+// Spec says which plugin to start and how to talk to it.
+type Spec struct {
+	// Name is the plugin's name in messages ("pmix").
+	Name string
+	// Path is the plugin binary.
+	Path string
+	// Args are the binary's arguments, if any.
+	Args []string
+	// Handshake must match the plugin's: a mismatch (a binary that is not
+	// this plugin, or another version of it) fails the start with an error.
+	Handshake plugin.HandshakeConfig
+	// Plugins is the set the plugin serves; Dispense takes Name from it.
+	Plugins plugin.PluginSet
+	// Env is added to the plugin's environment.
+	Env []string
+	// Stderr receives the plugin's own standard error (nil: discarded).
+	Stderr io.Writer
+	// StartTimeout bounds the handshake (default 20s).
+	StartTimeout time.Duration
+	// SocketDir is where the plugin's gRPC socket is made (default: the
+	// system's temporary directory); go-plugin makes a private directory
+	// inside it.
+	SocketDir string
+}
+
+// Plugin is a started plugin process.
+type Plugin struct {
+	spec   Spec
+	client *plugin.Client
+	// Service is what the plugin set's GRPCClient returned for Spec.Name.
+	Service any
+}
+
+// Start starts the plugin binary and returns its service. The process runs
+// in its own process group and is killed if this process dies, even by
+// SIGKILL (go-plugin's own clean-up cannot run then).
+func Start(s Spec) (*Plugin, error) {
+	if s.StartTimeout <= 0 {
+		s.StartTimeout = 20 * time.Second
+	}
+	st, err := os.Stat(s.Path)
+	if err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", s.Name, err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("plugin %s: %s is not an executable file", s.Name, s.Path)
+	}
+	cmd := exec.Command(s.Path, s.Args...)
+	cmd.Env = append(os.Environ(), s.Env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stderr := s.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	var sock *plugin.UnixSocketConfig
+	if s.SocketDir != "" {
+		sock = &plugin.UnixSocketConfig{TempDir: s.SocketDir}
+	}
+	c := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  s.Handshake,
+		Plugins:          s.Plugins,
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     s.StartTimeout,
+		Stderr:           stderr,
+		SyncStdout:       stderr,
+		SyncStderr:       stderr,
+		Managed:          false,
+		UnixSocketConfig: sock,
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name: "plugin-" + s.Name, Level: hclog.Error, Output: stderr,
+		}),
+	})
+	proto, err := c.Client()
+	if err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("plugin %s (%s): %s", s.Name, s.Path, cleanErr(err))
+	}
+	svc, err := proto.Dispense(s.Name)
+	if err != nil {
+		c.Kill()
+		return nil, fmt.Errorf("plugin %s (%s): %w", s.Name, s.Path, err)
+	}
+	return &Plugin{spec: s, client: c, Service: svc}, nil
+}
+
+// Exited reports whether the plugin process has ended.
+func (p *Plugin) Exited() bool { return p.client.Exited() }
+
+// Stop asks the plugin to exit and kills it if it does not within a few
+// seconds (go-plugin's graceful shutdown).
+func (p *Plugin) Stop() { p.client.Kill() }
+
+// cleanErr shortens go-plugin's handshake errors to their first line.
+func cleanErr(err error) string {
+	msg := err.Error()
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	return msg
+}
+
+// ErrNotFound is returned by Find when no plugin binary is found.
+var ErrNotFound = errors.New("plugin not found")
+
+// Find looks for the plugin binary named name: in the directories of dirs
+// first (in order), then in PATH. It returns the path and the places it
+// looked, for an error message.
+func Find(name string, dirs ...string) (string, []string, error) {
+	var looked []string
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		looked = append(looked, p)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, looked, nil
+		}
+	}
+	looked = append(looked, "$PATH")
+	if p, err := exec.LookPath(name); err == nil {
+		return p, looked, nil
+	}
+	return "", looked, fmt.Errorf("%w: %s (looked in %s)", ErrNotFound, name, strings.Join(looked, ", "))
+}
