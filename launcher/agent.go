@@ -68,6 +68,7 @@ type agent struct {
 
 	pmi       *pmiState  // this generation's PMI-1 server
 	pmix      *pmixState // this generation's PMIx server, when the program needs one
+	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
 	fenceMu   sync.Mutex
 	fenceSeq  int
 	fenceWait map[int]chan control.FenceReply
@@ -305,6 +306,7 @@ func (a *agent) launch(l control.Launch) {
 		return nil
 	}
 	var pmixEnv map[int][]string
+	var kvSock, kvSecret string
 	rankEnv := func(i int, s control.RankSpec) []string {
 		var hints []string
 		if b := bindingOf(i); b != nil {
@@ -315,7 +317,7 @@ func (a *agent) launch(l control.Launch) {
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints, PMIFD: pmiFD,
-			PMIx: pmixEnv[s.Rank],
+			PMIx: pmixEnv[s.Rank], AgentSocket: kvSock, Secret: kvSecret,
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {
@@ -340,6 +342,9 @@ func (a *agent) launch(l control.Launch) {
 	a.pmi = nil
 	if p, err := a.startPMI(l); err == nil {
 		a.pmi = p
+		if kvSock = p.socket(); kvSock != "" {
+			kvSecret = l.Secret
+		}
 	} else {
 		a.log.printf("PMI server: %v", err)
 	}
@@ -687,6 +692,9 @@ func (a *agent) shutdown(grace time.Duration) error {
 		a.pmi.close()
 		a.pmix.close()
 		a.pmix = nil
+		if a.sockDir != "" {
+			os.RemoveAll(a.sockDir)
+		}
 		a.mu.Unlock()
 	}()
 	a.mu.Lock()

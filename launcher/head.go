@@ -146,7 +146,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	for _, name := range missing {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}
-	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), events: make(chan event, 256), done: make(chan struct{})}
+	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), secret: newSecret(), events: make(chan event, 256), done: make(chan struct{})}
 	defer close(h.done)
 	return h.run(ctx)
 }
@@ -195,6 +195,17 @@ func defaultStarter(o Options, plan *Plan) (Starter, error) {
 	return m, nil
 }
 
+// newSecret returns a random secret for the job's rendezvous: it travels
+// to the agents in the Launch (over their private control channels) and to
+// the ranks in their environment, which only the job's user can read.
+func newSecret() string {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
 func newJobID() string {
 	var b [6]byte
 	rand.Read(b[:])
@@ -238,6 +249,7 @@ type head struct {
 	plan    *Plan
 	exports []string
 	jobID   string
+	secret  string // the job's rendezvous secret, for the agents' KV servers
 	agents  []*agentConn
 	events  chan event
 	mux     *output.Mux
@@ -543,7 +555,7 @@ func (h *head) pmixHosts() []string {
 
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
-		Generation: gen, JobID: h.jobID, Argv: h.o.Argv, Dir: cwd(),
+		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: cwd(),
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,

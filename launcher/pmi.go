@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 
@@ -68,9 +69,13 @@ func (a *agent) fenceDone(r control.FenceReply) {
 	}
 }
 
-// pmiState is one generation's PMI-1 server on this host.
+// pmiState is one generation's rendezvous servers on this host: PMI-1 for
+// MPICH ranks (a socketpair each) and gorun's KV protocol for Go ranks (a
+// unix socket in the agent's private directory).
 type pmiState struct {
 	srv    *rendezvous.PMIServer
+	kv     *rendezvous.KVServer
+	sock   string          // the KV socket's path; "" when there is none
 	ctx    context.Context // ends the connections when the generation does
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -98,7 +103,44 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &pmiState{srv: srv, ctx: ctx, cancel: cancel}, nil
+	p := &pmiState{srv: srv, ctx: ctx, cancel: cancel}
+	if err := a.startKV(p, l, ranks); err != nil {
+		a.log.printf("rendezvous socket: %v", err)
+	}
+	return p, nil
+}
+
+// startKV serves gorun's KV protocol to the generation's ranks on a socket
+// in the agent's private directory (made once, mode 0700, removed when the
+// agent ends); ranks must present the job's secret.
+func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
+	if len(l.Secret) < 16 {
+		return nil // an older head: no secret, no socket
+	}
+	if a.sockDir == "" {
+		dir, err := rendezvous.SocketDir("")
+		if err != nil {
+			return err
+		}
+		a.sockDir = dir
+	}
+	gen := l.Generation
+	kv, err := rendezvous.NewKVServer(rendezvous.KVConfig{
+		Secret: []byte(l.Secret), Ranks: ranks, Fencer: &hostFencer{a: a, gen: gen},
+		OnEarlyExit: func(rank int) {
+			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true,
+				Msg: "closed its rendezvous connection (GORUN_AGENT_SOCKET) without Close"})
+		},
+	})
+	if err != nil {
+		return err
+	}
+	name := "kv-" + strconv.Itoa(gen) + ".sock"
+	if _, err := kv.Listen(p.ctx, a.sockDir, name); err != nil {
+		return err
+	}
+	p.kv, p.sock = kv, filepath.Join(a.sockDir, name)
+	return nil
 }
 
 // serve serves one rank's end of its socketpair.
@@ -122,6 +164,18 @@ func (p *pmiState) close() {
 	}
 	p.cancel()
 	p.srv.Close()
+	if p.kv != nil {
+		p.kv.Close()
+		os.Remove(p.sock)
+	}
+}
+
+// socket is the KV socket's path ("" when there is none).
+func (p *pmiState) socket() string {
+	if p == nil {
+		return ""
+	}
+	return p.sock
 }
 
 // socketpair returns the agent's and the rank's ends of a PMI socketpair.

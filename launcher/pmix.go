@@ -101,10 +101,19 @@ func mentions(path, word string) bool {
 	return bytes.Contains(b, []byte(word))
 }
 
-// findPMIxPlugin finds gorun-pmix: next to the running gorun (where
-// `make build` puts it, and where gorun stages it on remote hosts), then
-// in PATH.
+// PMIxPluginEnv names the gorun-pmix binary an agent uses, overriding the
+// search.
+const PMIxPluginEnv = "GORUN_PMIX_PLUGIN"
+
+// findPMIxPlugin finds gorun-pmix: $GORUN_PMIX_PLUGIN, else next to the
+// running gorun (where `make build` puts it), else in PATH.
 func findPMIxPlugin() (string, error) {
+	if p := os.Getenv(PMIxPluginEnv); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s: %w", PMIxPluginEnv, err)
+		}
+		return p, nil
+	}
 	var dirs []string
 	if exe, err := os.Executable(); err == nil {
 		dirs = append(dirs, filepath.Dir(exe))
@@ -198,6 +207,9 @@ func (s *pmixState) event(e *pmixbridge.Event) {
 	a := s.a
 	switch e.Kind {
 	case "abort":
+		if e.Msg == "N/A" { // Open MPI's "no message"
+			e.Msg = ""
+		}
 		a.w.Send(control.TypeAbort, control.Abort{Generation: s.gen, Rank: e.Rank, Code: e.Status, Msg: e.Msg})
 	case "fence":
 		s.mu.Lock()

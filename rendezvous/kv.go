@@ -404,3 +404,31 @@ func acceptLoop(ctx context.Context, l net.Listener, wg *sync.WaitGroup, serve f
 		}()
 	}
 }
+
+// Environment variables a rank under gorun finds its rendezvous by.
+const (
+	EnvSocket = "GORUN_AGENT_SOCKET" // the agent's socket for this rank
+	EnvSecret = "GORUN_JOB_SECRET"   // the job's secret
+	EnvRank   = "GORUN_RANK"         // the rank
+)
+
+// ErrNotUnderGorun is returned by DialEnv outside a gorun job.
+var ErrNotUnderGorun = errors.New("rendezvous: not started by gorun (no " + EnvSocket + ")")
+
+// DialEnv connects a rank started by gorun to its agent, from the
+// environment gorun gave it.
+func DialEnv(ctx context.Context) (*Client, error) {
+	path := os.Getenv(EnvSocket)
+	if path == "" {
+		return nil, ErrNotUnderGorun
+	}
+	rank, err := strconv.Atoi(os.Getenv(EnvRank))
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: %s=%q: %w", EnvRank, os.Getenv(EnvRank), err)
+	}
+	c, err := Dial(ctx, path, []byte(os.Getenv(EnvSecret)), rank)
+	if err != nil {
+		return nil, fmt.Errorf("rendezvous: rank %d: %w", rank, err)
+	}
+	return c, nil
+}

@@ -1,76 +1,211 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/launcher"
 )
 
-// buildMPIHello builds examples/mpi/hello.c with Debian's MPICH into dir.
-func buildMPIHello(t *testing.T, dir string) string {
+// need fails in CI, and skips elsewhere, when a tool is missing.
+func need(t *testing.T, tool, pkgs string) {
 	t.Helper()
-	if _, err := exec.LookPath("mpicc.mpich"); err != nil {
+	if _, err := exec.LookPath(tool); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatal("mpicc.mpich is missing (apt-get install mpich libmpich-dev); CI must run the MPI tests")
+			t.Fatalf("%s is missing (apt-get install %s); CI must run the MPI tests", tool, pkgs)
 		}
-		t.Skip("mpicc.mpich is missing: apt-get install mpich libmpich-dev")
+		t.Skipf("%s is missing: apt-get install %s", tool, pkgs)
 	}
-	bin := filepath.Join(dir, "mpi_hello")
-	if out, err := exec.Command("mpicc.mpich", "-o", bin, "../../examples/mpi/hello.c").CombinedOutput(); err != nil {
-		t.Fatalf("mpicc.mpich: %v\n%s", err, out)
+}
+
+// buildMPI builds an example of examples/mpi with an MPI's compiler
+// (mpicc.mpich or mpicc.openmpi) into dir.
+func buildMPI(t *testing.T, dir, cc, example string) string {
+	t.Helper()
+	need(t, cc, "mpich libmpich-dev openmpi-bin libopenmpi-dev")
+	bin := filepath.Join(dir, strings.TrimSuffix(example, ".c")+"-"+strings.TrimPrefix(cc, "mpicc."))
+	if out, err := exec.Command(cc, "-O1", "-o", bin, "../../examples/mpi/"+example).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cc, err, out)
 	}
 	return bin
 }
 
-// A real MPICH program runs under gorun's PMI-1 server, and MPI_Abort and
-// an early exit end the job with the right code and a named rank.
-func TestMPICH(t *testing.T) {
+var (
+	pluginOnce sync.Map // dir -> *pluginBuild
+)
+
+type pluginBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// pmixPlugin builds gorun-pmix into dir once and returns its path.
+func pmixPlugin(t *testing.T, dir string) string {
+	t.Helper()
+	need(t, "pkg-config", "pkg-config libpmix-dev")
+	if err := exec.Command("pkg-config", "--exists", "pmix").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("libpmix-dev is missing; CI must run the Open MPI tests")
+		}
+		t.Skip("libpmix-dev is missing")
+	}
+	v, _ := pluginOnce.LoadOrStore(dir, &pluginBuild{})
+	b := v.(*pluginBuild)
+	b.once.Do(func() {
+		b.path = filepath.Join(dir, "gorun-pmix")
+		cmd := exec.Command("go", "build", "-o", b.path, "../../plugins/pmix")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("build gorun-pmix: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+// checkPassed asserts examples/mpi/check.c's verdict: PASS, and every rank
+// seeing size ranks with perNode of them on its node.
+func checkPassed(t *testing.T, r result, size, perNode int) {
+	t.Helper()
+	if r.code != 0 || !strings.Contains(r.stdout, "PASS\n") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	for rank := range size {
+		if w := fmt.Sprintf("rank %d of %d node %d\n", rank, size, perNode); !strings.Contains(r.stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}
+
+// mpiFailures are the ways an MPI job must end cleanly: with the code, a
+// message naming the rank, and no process left.
+var mpiFailures = []struct {
+	args []string
+	code int
+	want string
+}{
+	{[]string{"abort", "2"}, 7, "rank 2 on %s called MPI_Abort(7)"},
+	{[]string{"early", "1"}, 1, "rank 1 on %s left before MPI_Finalize"},
+	{[]string{"crash", "1"}, 139, "rank 1 on %s"},
+}
+
+// A real MPI program runs under gorun: MPICH through the PMI-1 server,
+// Open MPI through the PMIx plugin. Both pass examples/mpi/check.c, and
+// MPI_Abort, an exit before MPI_Finalize and a crash while the others are
+// in MPI_Init end the job with the right code, the rank named, and no
+// survivor.
+func TestMPI(t *testing.T) {
 	t.Parallel()
-	bin := buildMPIHello(t, t.TempDir())
-	r := runGorun(t, 60*time.Second, nil, "-np", "4", bin)
+	dir := t.TempDir()
+	plugin := []string{launcher.PMIxPluginEnv + "=" + pmixPlugin(t, dir)}
+	for _, cc := range []string{"mpicc.mpich", "mpicc.openmpi"} {
+		t.Run(cc, func(t *testing.T) {
+			bin := buildMPI(t, dir, cc, "check.c")
+			r := runGorunIn(t, "", plugin, 120*time.Second, nil, "-np", "4", bin)
+			checkPassed(t, r, 4, 4)
+			for _, tt := range mpiFailures {
+				mark := newMark(t)
+				r := runGorunIn(t, "", plugin, 120*time.Second, nil, append([]string{"-np", "4", "-x", "GORUN_TEST_MARK=" + mark, bin}, tt.args...)...)
+				if want := fmt.Sprintf(tt.want, "localhost"); r.code != tt.code || !strings.Contains(r.stderr, want) {
+					t.Errorf("%v: exit %d (want %d and %q)\n%s", tt.args, r.code, tt.code, want, r.stderr)
+				}
+				if r.elapsed > 30*time.Second {
+					t.Errorf("%v: took %v", tt.args, r.elapsed)
+				}
+				assertNoSurvivors(t, mark, time.Second)
+			}
+		})
+	}
+}
+
+// mpi4py (which Debian links to Open MPI) runs under gorun: PMIx is served
+// because the script imports it.
+func TestMPI4Py(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/mpi4py"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3-mpi4py is missing; CI must run the mpi4py test")
+		}
+		t.Skip("python3-mpi4py is missing")
+	}
+	dir := t.TempDir()
+	plugin := []string{launcher.PMIxPluginEnv + "=" + pmixPlugin(t, dir)}
+	r := runGorunIn(t, "", plugin, 120*time.Second, nil, "-np", "4", "/usr/bin/python3", "testdata/mpi4py_allreduce.py")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for rank := range 4 {
-		if w := "rank " + itoa(rank) + " of 4 sum 6\n"; !strings.Contains(r.stdout, w) {
+		if w := fmt.Sprintf("rank %d of 4 sum 10\n", rank); !strings.Contains(r.stdout, w) {
 			t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
 		}
 	}
-	for _, tt := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{[]string{"abort", "2"}, 7, "rank 2 on localhost called MPI_Abort(7)"},
-		{[]string{"early", "1"}, 1, "rank 1 on localhost left before MPI_Finalize"},
-	} {
-		mark := newMark(t)
-		r := runGorun(t, 60*time.Second, nil, append([]string{"-np", "4", "-x", "GORUN_TEST_MARK=" + mark, bin}, tt.args...)...)
-		if r.code != tt.code || !strings.Contains(r.stderr, tt.want) {
-			t.Errorf("%v: exit %d (want %d)\n%s", tt.args, r.code, tt.code, r.stderr)
-		}
-		if r.elapsed > 10*time.Second {
-			t.Errorf("%v: took %v", tt.args, r.elapsed)
-		}
-		assertNoSurvivors(t, mark, time.Second)
+	// Without PMIx the same script is four singletons: the symptom --pmix
+	// exists to prevent, checked so that the test above cannot pass by luck.
+	r = runGorunIn(t, "", plugin, 120*time.Second, nil, "-np", "2", "--pmix", "off", "/usr/bin/python3", "testdata/mpi4py_allreduce.py")
+	if strings.Count(r.stdout, "rank 0 of 1 sum 1\n") != 2 {
+		t.Errorf("--pmix off: want 2 singletons, got exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 
-// The same program across two SSH hosts: one fence message per host
-// crosses the control channel. UCX is left to its own choice: the fake
-// hosts share a kernel, and MPICH 4.0.2 with UCX 1.13's TCP transport
-// alone hangs in MPI_Finalize now and then (seen here, in and out of gorun).
-func TestSSHMPICH(t *testing.T) {
+// A program that needs PMIx, without the plugin, is refused with a message
+// that says what is missing, before any rank starts.
+func TestPMIxPluginMissing(t *testing.T) {
+	t.Parallel()
+	bin := buildMPI(t, t.TempDir(), "mpicc.openmpi", "hello.c")
+	r := runGorunIn(t, "", []string{launcher.PMIxPluginEnv + "=/nonexistent/gorun-pmix"}, 60*time.Second, nil, "-np", "2", bin)
+	if r.code != 2 || !strings.Contains(r.stderr, "gorun-pmix") || strings.Contains(r.stdout, "hello") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// The MPI programs across two SSH hosts, two ranks each: each host is one
+// node of the MPI job. UCX is left to its own choice: the fake hosts share a
+// kernel, and MPICH 4.0.2 with UCX 1.13's TCP transport alone hangs in
+// MPI_Finalize now and then (seen here, in and out of gorun).
+func TestSSHMPI(t *testing.T) {
 	c := sharedCluster(t)
-	bin := buildMPIHello(t, binDir)
-	r := runBin(t, gorunBin, 60*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", bin)
-	if r.code != 0 {
-		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	pmixPlugin(t, binDir) // next to gorunBin, where remote agents look
+	for _, cc := range []string{"mpicc.mpich", "mpicc.openmpi"} {
+		t.Run(cc, func(t *testing.T) {
+			bin := buildMPI(t, binDir, cc, "check.c")
+			r := runBin(t, gorunBin, 120*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", bin)
+			checkPassed(t, r, 4, 2)
+			for _, tt := range mpiFailures {
+				mark := newMark(t)
+				r := runBin(t, gorunBin, 120*time.Second, append([]string{"--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2",
+					"-x", "GORUN_TEST_MARK=" + mark, bin}, tt.args...)...)
+				host := "h1"
+				if tt.args[1] == "2" {
+					host = "h2"
+				}
+				if want := fmt.Sprintf(tt.want, host); r.code != tt.code || !strings.Contains(r.stderr, want) {
+					t.Errorf("%v: exit %d (want %d and %q)\n%s", tt.args, r.code, tt.code, want, r.stderr)
+				}
+				assertNoSurvivors(t, mark, 2*time.Second)
+			}
+		})
 	}
-	if strings.Count(r.stdout, "of 4 sum 6\n") != 4 {
-		t.Errorf("stdout:\n%s", r.stdout)
-	}
+	t.Run("mpi4py", func(t *testing.T) {
+		script := filepath.Join(binDir, "mpi4py_allreduce.py")
+		b, err := os.ReadFile("testdata/mpi4py_allreduce.py")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(script, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runBin(t, gorunBin, 120*time.Second, "--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2", "/usr/bin/python3", script)
+		if r.code != 0 || strings.Count(r.stdout, "of 4 sum 10\n") != 4 {
+			t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	})
 }

@@ -117,6 +117,7 @@ type RankSpec struct {
 type Launch struct {
 	Generation     int        `json:"generation"` // restart count
 	JobID          string     `json:"job_id"`
+	Secret         string     `json:"secret"` // the job's rendezvous secret (GORUN_JOB_SECRET)
 	Argv           []string   `json:"argv"`
 	Dir            string     `json:"dir"` // working directory
 	Ranks          []RankSpec `json:"ranks"`
