@@ -5,13 +5,15 @@
     table.py --by-tag FILE.json ...     one row per file, named by its --tag (ssh.sh)
     table.py --by-tag-kex FILE.json ... the same against the peers' "-kex" run (ssh.sh)
     table.py --phases FILE.json ...     gorun only: wall time, --summary-json phases, RSS
+    table.py --pair FILE.json ...       gorun against one peer per file, named by its --tag (mpi.sh)
 
 One row per K. Cells: median (min-max) in ms over completed runs; gorun/peer is
 gorun's median over the faster peer's median; hangs are runs killed at the timeout.
 --by-tag adds gorun's ratio to each peer, the command labelled "gorun-no-stage" if
 any, and the one labelled "ssh" (a plain ssh round trip to each host: the floor). --phases makes one row per
 command (label) of every file: medians over the runs that left a summary (connected_ns
-is "-" for a gorun that does not record it).
+is "-" for a gorun that does not record it). --pair makes one row per file: gorun and
+the file's other command (the peer), gorun's median over the peer's.
 """
 import json
 import re
@@ -91,6 +93,23 @@ def by_tag(paths, suffix=""):
     return True
 
 
+PEER_NAMES = {"mpich": "MPICH mpiexec.hydra", "openmpi": "Open MPI mpirun"}
+
+
+def pair(paths):
+    """One row per file (case = its tag): gorun, the other command, the ratio."""
+    print("| case | gorun ms | peer | peer ms | gorun / peer | hangs gorun / peer | failures gorun / peer | runs |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p in paths:
+        d = json.load(open(p))
+        g = next((x for x in d["tools"] if x["label"] == "gorun"), None)
+        for o in (x for x in d["tools"] if x["label"] != "gorun"):
+            hangs = f"{g['hangs'] if g else '-'} / {o['hangs']}"
+            fails = f"{g['failures'] if g else '-'} / {o['failures']}"
+            print(f"| {d['tag']} | {cell(g)} | {PEER_NAMES.get(o['label'], o['label'])} | {cell(o)} | "
+                  f"{ratio(g, o)} | {hangs} | {fails} | {d['runs']} |")
+
+
 def med(vals, scale, fmt="{:.0f}"):
     vals = [v for v in vals if v is not None]
     if not vals:
@@ -124,5 +143,7 @@ if __name__ == "__main__":
         by_tag(sys.argv[2:], "-kex")
     elif sys.argv[1:2] == ["--phases"]:
         phases(sys.argv[2:])
+    elif sys.argv[1:2] == ["--pair"]:
+        pair(sys.argv[2:])
     else:
         main(sys.argv[1:])

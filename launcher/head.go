@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -318,7 +319,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 		h.stopAgents()
 		return code, err
 	}
-	if h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: h.o.RendezvousTimeout}); err != nil {
+	if h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: storeFenceTimeout(h.o.RendezvousTimeout)}); err != nil {
 		h.stopAgents()
 		return ExitLaunch, err
 	}
@@ -463,6 +464,7 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 					rep := control.FenceReply{Generation: f.Generation, Seq: f.Seq, KVs: kvs}
 					if err != nil {
 						rep.Err = err.Error()
+						h.fenceTimedOut(f.Generation, err)
 					}
 					h.agents[node].w.Send(control.TypeFenceRe, rep)
 				}(e.node, e.fence)
@@ -477,6 +479,10 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 					why += ": " + x.Msg
 				}
 				code := x.Code
+				if len(x.Missing) > 0 {
+					why, code = fmt.Sprintf("never reached a rendezvous fence within %v (--rendezvous-timeout); ranks that never arrived: %s",
+						x.Timeout, h.rankList(x.Missing)), ExitTimeout
+				}
 				if x.Early {
 					why, code = "left before MPI_Finalize (its PMI connection closed)", 1
 					if x.Msg != "" {
@@ -541,6 +547,55 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 	return res
 }
 
+// storeFenceTimeout is the job-wide fence's bound: a tenth longer than
+// the hosts' local barriers', so that a host whose ranks arrived in part
+// names its missing ranks before the store names whole hosts.
+func storeFenceTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + d/10
+}
+
+// fenceTimedOut turns the store's fence timeout, which names hosts, into
+// an abort that names their ranks: none of them arrived (a host whose ranks
+// arrived in part reports its own missing ones, from its local barrier).
+func (h *head) fenceTimedOut(gen int, err error) {
+	var te *rendezvous.FenceTimeoutError
+	if !errors.As(err, &te) || len(te.Missing) == 0 {
+		return
+	}
+	var ranks []int
+	for r, p := range h.plan.Ranks {
+		if slices.Contains(te.Missing, p.Node) {
+			ranks = append(ranks, r)
+		}
+	}
+	if len(ranks) == 0 {
+		return
+	}
+	select {
+	case h.events <- event{node: te.Missing[0], abort: &control.Abort{Generation: gen, Rank: ranks[0], Missing: ranks, Timeout: te.Timeout}}:
+	case <-h.done:
+	}
+}
+
+// rankList names ranks with their hosts: "2, 3 (on h2)".
+func (h *head) rankList(ranks []int) string {
+	var b strings.Builder
+	for i, r := range ranks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i == 16 {
+			fmt.Fprintf(&b, "and %d more", len(ranks)-i)
+			break
+		}
+		fmt.Fprintf(&b, "%d (on %s)", r, h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name)
+	}
+	return b.String()
+}
+
 // pmixHosts are the node names a PMIx server needs, unless PMIx is off.
 func (h *head) pmixHosts() []string {
 	if h.o.PMIx == PMIxOff {
@@ -559,7 +614,8 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
-		PMI:     control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts()},
+		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),
+			FenceTimeout: h.o.RendezvousTimeout},
 		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},

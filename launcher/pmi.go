@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -97,6 +98,7 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 		OnEarlyExit: func(rank int) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true})
 		},
+		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
 		Logf: a.log.printf,
 	})
 	if err != nil {
@@ -131,6 +133,7 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true,
 				Msg: "closed its rendezvous connection (GORUN_AGENT_SOCKET) without Close"})
 		},
+		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
 	})
 	if err != nil {
 		return err
@@ -176,6 +179,15 @@ func (p *pmiState) socket() string {
 		return ""
 	}
 	return p.sock
+}
+
+// fenceTimedOut reports local ranks that never reached a barrier.
+func (a *agent) fenceTimedOut(gen int, d time.Duration) func([]int) {
+	return func(missing []int) {
+		if len(missing) > 0 {
+			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: missing[0], Missing: missing, Timeout: d})
+		}
+	}
 }
 
 // socketpair returns the agent's and the rank's ends of a PMI socketpair.

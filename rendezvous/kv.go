@@ -134,6 +134,11 @@ type KVConfig struct {
 	MaxKeyLen, MaxValueLen int
 	// OnEarlyExit is called when a rank's connection ends without a Close.
 	OnEarlyExit func(rank int)
+	// FenceTimeout bounds a fence from the first local rank's arrival
+	// (0 = no bound); OnFenceTimeout is told the local ranks that never
+	// arrived.
+	FenceTimeout   time.Duration
+	OnFenceTimeout func(missing []int)
 }
 
 // KVServer serves gorun's key-value protocol to one host's Go ranks (see
@@ -163,6 +168,7 @@ func NewKVServer(cfg KVConfig) (*KVServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
 	return &KVServer{cfg: cfg, local: local, connected: map[int]bool{}, conns: map[net.Conn]bool{}}, nil
 }
 

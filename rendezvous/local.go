@@ -3,8 +3,30 @@ package rendezvous
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
+	"time"
 )
+
+// LocalFenceTimeoutError says that some of a host's ranks did not reach a
+// barrier within the fence timeout after the first of them did.
+type LocalFenceTimeoutError struct {
+	Missing []int // the local ranks that never arrived
+	Timeout time.Duration
+}
+
+// Error names the ranks that never arrived.
+func (e *LocalFenceTimeoutError) Error() string {
+	return fmt.Sprintf("rendezvous: fence timed out after %v; ranks that never arrived: %s", e.Timeout, joinInts(e.Missing))
+}
+
+// fenceWatch is what a local barrier does about ranks that never come.
+type fenceWatch struct {
+	// Timeout bounds a barrier from its first local arrival (0 = forever).
+	Timeout time.Duration
+	// OnTimeout is told which local ranks never arrived (once).
+	OnTimeout func(missing []int)
+}
 
 // localKV is what PMIServer and KVServer share: the host's cache of the job's
 // key-values, the local ranks' puts pending for the next fence, and the
@@ -12,6 +34,7 @@ import (
 type localKV struct {
 	fencer Fencer
 	ranks  map[int]bool // local ranks
+	watch  fenceWatch
 
 	mu      sync.Mutex
 	cache   map[string]string
@@ -24,6 +47,7 @@ type localRound struct {
 	arrived map[int]bool
 	done    chan struct{}
 	err     error
+	timer   *time.Timer
 }
 
 func newLocalKV(fencer Fencer, ranks []int, preload map[string]string) (*localKV, error) {
@@ -70,6 +94,9 @@ func (l *localKV) barrier(ctx context.Context, rank int) error {
 	if r == nil {
 		r = &localRound{arrived: map[int]bool{}, done: make(chan struct{})}
 		l.round = r
+		if l.watch.Timeout > 0 {
+			r.timer = time.AfterFunc(l.watch.Timeout, func() { l.expire(r) })
+		}
 	}
 	if r.arrived[rank] {
 		l.mu.Unlock()
@@ -88,6 +115,9 @@ func (l *localKV) barrier(ctx context.Context, rank int) error {
 	puts := l.pending
 	l.pending = map[string]string{}
 	l.round = nil
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	l.mu.Unlock()
 
 	res, err := l.fencer.Fence(ctx, puts)
@@ -103,6 +133,27 @@ func (l *localKV) barrier(ctx context.Context, rank int) error {
 	r.err = err
 	close(r.done)
 	return err
+}
+
+// expire fails round r if some local ranks still have not arrived.
+func (l *localKV) expire(r *localRound) {
+	l.mu.Lock()
+	if l.round != r {
+		l.mu.Unlock()
+		return
+	}
+	var missing []int
+	for rank := range l.ranks {
+		if !r.arrived[rank] {
+			missing = append(missing, rank)
+		}
+	}
+	sort.Ints(missing)
+	l.mu.Unlock()
+	l.gone(&LocalFenceTimeoutError{Missing: missing, Timeout: l.watch.Timeout})
+	if l.watch.OnTimeout != nil {
+		l.watch.OnTimeout(missing)
+	}
 }
 
 // gone reports that rank will never arrive again: the barrier in progress

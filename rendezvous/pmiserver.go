@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // PMIConfig configures a PMIServer for the ranks of one host.
@@ -40,6 +41,11 @@ type PMIConfig struct {
 	// OnAbort is called once per cmd=abort (rank, exit code, message). The
 	// aborting rank gets no reply: the caller must kill the job (pmi.md §6).
 	OnAbort func(rank, code int, msg string)
+	// FenceTimeout bounds a barrier from the first local rank's arrival
+	// (0 = no bound); OnFenceTimeout is told the local ranks that never
+	// arrived (their peers' barrier then fails).
+	FenceTimeout   time.Duration
+	OnFenceTimeout func(missing []int)
 	// OnEarlyExit is called when a rank that sent init ends its connection
 	// before finalize (and without abort). The barrier of the other local
 	// ranks fails whether or not it sent init.
@@ -102,6 +108,7 @@ func NewPMIServer(cfg PMIConfig) (*PMIServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
 	return &PMIServer{cfg: cfg, local: local, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
 }
 

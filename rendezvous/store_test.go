@@ -158,3 +158,45 @@ func TestStoreLimitsAndMisuse(t *testing.T) {
 		t.Error("NewStore(0) succeeded")
 	}
 }
+
+// A local barrier that some ranks never reach fails after the timeout for
+// the ranks that did arrive, and names the missing ones, once.
+func TestLocalBarrierTimeout(t *testing.T) {
+	t.Parallel()
+	st, err := NewStore(1, StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reported [][]int
+	l, err := newLocalKV(st.Member(0, 0), []int{4, 5, 6}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.watch = fenceWatch{Timeout: 50 * time.Millisecond, OnTimeout: func(m []int) {
+		mu.Lock()
+		reported = append(reported, m)
+		mu.Unlock()
+	}}
+	start := time.Now()
+	err = l.barrier(context.Background(), 5)
+	var te *LocalFenceTimeoutError
+	if !errors.As(err, &te) || fmt.Sprint(te.Missing) != "[4 6]" {
+		t.Fatalf("barrier: %v, want a timeout naming ranks 4 and 6", err)
+	}
+	if d := time.Since(start); d < 50*time.Millisecond || d > 5*time.Second {
+		t.Errorf("failed after %v", d)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(reported) != "[[4 6]]" {
+		t.Errorf("reported %v, want [[4 6]]", reported)
+	}
+	// A complete barrier does not time out later.
+	l2, _ := newLocalKV(st.Member(1, 0), []int{1}, nil)
+	l2.watch = fenceWatch{Timeout: 20 * time.Millisecond, OnTimeout: func([]int) { t.Error("a complete barrier timed out") }}
+	if err := l2.barrier(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+}

@@ -209,3 +209,32 @@ func TestSSHMPI(t *testing.T) {
 		}
 	})
 }
+
+// A rank that never reaches the fence fails the job after
+// --rendezvous-timeout with exit 124, naming that rank only (not its
+// host's other ranks, which did arrive), locally and across hosts.
+func TestRendezvousTimeout(t *testing.T) {
+	c := sharedCluster(t)
+	bin := buildMPI(t, binDir, "mpicc.mpich", "check.c")
+	for _, tt := range []struct {
+		name  string
+		hosts []string
+		want  string
+	}{
+		{"one host", nil, "rank 3 on localhost never reached a rendezvous fence within 1s"},
+		{"two hosts", []string{"--ssh-config", c.SSHConfig, "-H", "h1:2,h2:2"}, "rank 3 on h2 never reached a rendezvous fence within 1s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mark := newMark(t)
+			args := append(tt.hosts, "-np", "4", "--rendezvous-timeout", "1s", "-x", "GORUN_TEST_MARK="+mark, bin, "late", "3")
+			r := runBin(t, gorunBin, 60*time.Second, args...)
+			if r.code != 124 || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "ranks that never arrived: 3 (on ") {
+				t.Errorf("exit %d (want 124 and %q)\n%s", r.code, tt.want, r.stderr)
+			}
+			if r.elapsed > 15*time.Second {
+				t.Errorf("took %v", r.elapsed)
+			}
+			assertNoSurvivors(t, mark, 2*time.Second)
+		})
+	}
+}

@@ -11,12 +11,15 @@
  *   early R      rank R returns 0 after MPI_Init, without MPI_Finalize
  *   crash R      rank R dies of SIGSEGV as MPI_Init starts, the others
  *                being inside MPI_Init (R is read from GORUN_RANK)
+ *   late R       rank R sleeps a minute before MPI_Init (a rank that never
+ *                reaches the launcher's fence in time)
  */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define BIG (4 << 20)
 
@@ -26,6 +29,8 @@ int main(int argc, char **argv) {
 	const char *me = getenv("GORUN_RANK");
 	if (strcmp(mode, "crash") == 0 && me != NULL && atoi(me) == victim)
 		raise(SIGSEGV);
+	if (strcmp(mode, "late") == 0 && me != NULL && atoi(me) == victim)
+		sleep(60);
 
 	int rank, size, ok = 1;
 	MPI_Init(&argc, &argv);

@@ -154,6 +154,8 @@ type PMI struct {
 	// Hosts are the job's node names in node order (for PMIx's maps);
 	// sent unless PMIx is off.
 	Hosts []string `json:"hosts,omitempty"`
+	// FenceTimeout bounds a barrier from its first local rank (--rendezvous-timeout).
+	FenceTimeout time.Duration `json:"fence_timeout,omitempty"`
 }
 
 // Started reports that ranks' processes run.
@@ -315,6 +317,10 @@ type Abort struct {
 	Code       int    `json:"code"`
 	Msg        string `json:"msg,omitempty"`
 	Early      bool   `json:"early,omitempty"`
+	// Missing, when set, says a rendezvous fence timed out (after Timeout)
+	// with these ranks never arriving; Rank is the first of them.
+	Missing []int         `json:"missing,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // Output is a chunk of a rank's stdout (Stream 1) or stderr (Stream 2).
