@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test check fuzz bench clean
+.PHONY: build run test check fuzz bench bench-mpi clean
 
 # gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
 # programs, links libpmix (libpmix-dev) and sits next to it.
@@ -36,6 +36,10 @@ fuzz:
 
 bench:
 	./bench/launch.sh
+
+# An MPI hello job under gorun, mpiexec.hydra and Open MPI's mpirun (root for its ssh part).
+bench-mpi:
+	./bench/mpi.sh
 
 clean:
 	rm -rf gorun gorun-pmix bench/.bin bench/results
