@@ -321,6 +321,10 @@ func (a *agent) launch(l control.Launch) {
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {
+		// What the rank would get: the socket that would be served.
+		if len(l.Secret) >= 16 && a.ensureSockDir() == nil {
+			kvSock, kvSecret = filepath.Join(a.sockDir, kvSockName(l.Generation)), l.Secret
+		}
 		for i, s := range l.Ranks {
 			if s.Rank == l.PrintEnv-1 {
 				a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: rankEnv(i, s)})

@@ -119,12 +119,8 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 	if len(l.Secret) < 16 {
 		return nil // an older head: no secret, no socket
 	}
-	if a.sockDir == "" {
-		dir, err := rendezvous.SocketDir("")
-		if err != nil {
-			return err
-		}
-		a.sockDir = dir
+	if err := a.ensureSockDir(); err != nil {
+		return err
 	}
 	gen := l.Generation
 	kv, err := rendezvous.NewKVServer(rendezvous.KVConfig{
@@ -138,11 +134,28 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 	if err != nil {
 		return err
 	}
-	name := "kv-" + strconv.Itoa(gen) + ".sock"
-	if _, err := kv.Listen(p.ctx, a.sockDir, name); err != nil {
+	if _, err := kv.Listen(p.ctx, a.sockDir, kvSockName(gen)); err != nil {
 		return err
 	}
-	p.kv, p.sock = kv, filepath.Join(a.sockDir, name)
+	p.kv, p.sock = kv, filepath.Join(a.sockDir, kvSockName(gen))
+	return nil
+}
+
+// kvSockName is the name of a generation's KV socket in the agent's
+// directory.
+func kvSockName(gen int) string { return "kv-" + strconv.Itoa(gen) + ".sock" }
+
+// ensureSockDir makes the agent's private socket directory (mode 0700),
+// once; shutdown removes it.
+func (a *agent) ensureSockDir() error {
+	if a.sockDir != "" {
+		return nil
+	}
+	dir, err := rendezvous.SocketDir("")
+	if err != nil {
+		return err
+	}
+	a.sockDir = dir
 	return nil
 }
 

@@ -43,8 +43,9 @@ func TestPrintEnvMatchesRank(t *testing.T) {
 	r := runGorun(t, 30*time.Second, nil, "-np", "2", "-x", "A=1", "sh", "-c", `if [ "$RANK" = 1 ]; then env | sort; fi`)
 	p := runGorun(t, 30*time.Second, nil, "--print-env", "1", "-np", "2", "-x", "A=1", "sh")
 	skip := func(l string) bool {
-		// Values that differ per run (job id, port) or per process.
-		for _, pre := range []string{"GORUN_JOB_ID=", "TORCHELASTIC_RUN_ID=", "MASTER_PORT=", "PWD=", "SHLVL=", "_="} {
+		// Values that differ per run (job id, secret, port, the agent's
+		// socket directory) or per process.
+		for _, pre := range []string{"GORUN_JOB_ID=", "TORCHELASTIC_RUN_ID=", "MASTER_PORT=", "GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=", "PWD=", "SHLVL=", "_="} {
 			if strings.HasPrefix(l, pre) {
 				return true
 			}
@@ -59,6 +60,11 @@ func TestPrintEnvMatchesRank(t *testing.T) {
 			}
 		}
 		return out
+	}
+	for _, name := range []string{"GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=/"} {
+		if !strings.Contains(r.stdout, "\n"+name) || !strings.Contains(p.stdout, "\n"+name) {
+			t.Errorf("%s is missing from the rank's environment or from --print-env", name)
+		}
 	}
 	got, want := filter(r.stdout), filter(p.stdout)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
