@@ -66,9 +66,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
-	pmi       *pmiState  // this generation's PMI-1 server
-	pmix      *pmixState // this generation's PMIx server, when the program needs one
-	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
+	pmi       *pmiState       // this generation's PMI-1 server
+	pmix      *pmixState      // this generation's PMIx server, when the program needs one
+	sockDir   string          // private directory (0700) of the ranks' rendezvous sockets
+	shmLeft   map[string]bool // /dev/shm files that killed ranks had mapped
 	fenceMu   sync.Mutex
 	fenceSeq  int
 	fenceWait map[int]chan control.FenceReply
@@ -651,6 +652,7 @@ func (a *agent) done() {
 	a.pmix.close() // before the orphan sweep, which would take it for one
 	a.pmix = nil
 	killOrphans(time.Second, a.leftovers)
+	a.removeShm()
 	a.leftovers = false
 	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS()})
 }
@@ -670,8 +672,17 @@ func (a *agent) signalAll(sig syscall.Signal) {
 func (a *agent) kill(grace time.Duration) {
 	a.mu.Lock()
 	a.stopped = true
-	for _, p := range a.byPID {
+	for pid, p := range a.byPID {
 		p.stopped = true
+		// MPI libraries leave their shared-memory segments behind when
+		// killed (Open MPI's vader, MPICH's and UCX's): note what the
+		// ranks have mapped, to remove it once they are gone.
+		for _, f := range shmMapped(pid) {
+			if a.shmLeft == nil {
+				a.shmLeft = map[string]bool{}
+			}
+			a.shmLeft[f] = true
+		}
 	}
 	a.mu.Unlock()
 	if grace <= 0 {
@@ -720,7 +731,40 @@ func (a *agent) shutdown(grace time.Duration) error {
 		}
 	}
 	killOrphans(2*time.Second, careful)
+	a.mu.Lock()
+	a.removeShm()
+	a.mu.Unlock()
 	return nil
+}
+
+// shmMapped lists the files under /dev/shm that process pid has mapped.
+func shmMapped(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		i := strings.Index(line, " /dev/shm/")
+		if i < 0 || strings.HasSuffix(line, " (deleted)") {
+			continue
+		}
+		out = append(out, line[i+1:])
+	}
+	return out
+}
+
+// removeShm removes the shared-memory files that killed ranks had mapped,
+// when they are still there and this user's. a.mu must be held.
+func (a *agent) removeShm() {
+	uid := uint32(os.Getuid())
+	for f := range a.shmLeft {
+		var st unix.Stat_t
+		if unix.Lstat(f, &st) == nil && st.Uid == uid && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			os.Remove(f)
+		}
+	}
+	a.shmLeft = nil
 }
 
 // killOrphans kills and reaps every remaining child of the agent: ranks'

@@ -268,7 +268,10 @@ func (s *pmixState) leftEarly(rank int) bool {
 	return err == nil && st.Connected && !st.Finalized
 }
 
-// close stops the plugin and removes its directory.
+// close stops the plugin and removes its directory. Its ranks are gone by
+// then, and libpmix keeps nothing outside that directory: the plugin is
+// killed rather than asked to finish, which would cost milliseconds at
+// the end of every job.
 func (s *pmixState) close() {
 	if s == nil {
 		return
@@ -276,7 +279,15 @@ func (s *pmixState) close() {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.plugin.Stop()
+	// Deregistering the generation runs libpmix's epilog: the files its
+	// clients registered for clean-up (Open MPI's shared-memory segments
+	// in /dev/shm) are removed, even when the ranks were killed.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := s.client.Stop(ctx, s.nspace); err != nil {
+		s.a.log.printf("PMIx: forgetting %s: %v", s.nspace, err)
+	}
+	cancel()
+	s.plugin.Kill()
 	s.wg.Wait()
 	os.RemoveAll(s.dir)
 }

@@ -109,6 +109,15 @@ func (p *Plugin) Exited() bool { return p.client.Exited() }
 // seconds (go-plugin's graceful shutdown).
 func (p *Plugin) Stop() { p.client.Kill() }
 
+// Kill ends the plugin's process group at once (SIGKILL), for a plugin
+// with nothing left to save, and releases the connection.
+func (p *Plugin) Kill() {
+	if rc := p.client.ReattachConfig(); rc != nil && rc.Pid > 0 {
+		syscall.Kill(-rc.Pid, syscall.SIGKILL)
+	}
+	p.client.Kill()
+}
+
 // cleanErr shortens go-plugin's handshake errors to their first line.
 func cleanErr(err error) string {
 	msg := err.Error()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -103,8 +104,11 @@ var mpiFailures = []struct {
 // MPI_Abort, an exit before MPI_Finalize and a crash while the others are
 // in MPI_Init end the job with the right code, the rank named, and no
 // survivor.
+//
+// It is not parallel: it checks that Open MPI's shared-memory segments
+// (/dev/shm/vader_segment.*), which killed ranks leave behind, are gone,
+// and no other Open MPI job of this package may run meanwhile.
 func TestMPI(t *testing.T) {
-	t.Parallel()
 	dir := t.TempDir()
 	plugin := []string{launcher.PMIxPluginEnv + "=" + pmixPlugin(t, dir)}
 	for _, cc := range []string{"mpicc.mpich", "mpicc.openmpi"} {
@@ -114,6 +118,7 @@ func TestMPI(t *testing.T) {
 			checkPassed(t, r, 4, 4)
 			for _, tt := range mpiFailures {
 				mark := newMark(t)
+				before := vaderSegments(t)
 				r := runGorunIn(t, "", plugin, 120*time.Second, nil, append([]string{"-np", "4", "-x", "GORUN_TEST_MARK=" + mark, bin}, tt.args...)...)
 				if want := fmt.Sprintf(tt.want, "localhost"); r.code != tt.code || !strings.Contains(r.stderr, want) {
 					t.Errorf("%v: exit %d (want %d and %q)\n%s", tt.args, r.code, tt.code, want, r.stderr)
@@ -122,9 +127,24 @@ func TestMPI(t *testing.T) {
 					t.Errorf("%v: took %v", tt.args, r.elapsed)
 				}
 				assertNoSurvivors(t, mark, time.Second)
+				for _, f := range vaderSegments(t) {
+					if !slices.Contains(before, f) {
+						t.Errorf("%v: the killed ranks' segment %s is left in /dev/shm", tt.args, f)
+					}
+				}
 			}
 		})
 	}
+}
+
+// vaderSegments lists Open MPI's shared-memory segments in /dev/shm.
+func vaderSegments(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob("/dev/shm/vader_segment.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // mpi4py (which Debian links to Open MPI) runs under gorun: PMIx is served
