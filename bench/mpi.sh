@@ -13,6 +13,10 @@
 #                           for N in OMPI_NPS (default 4 16)
 #   phases gorun alone on every case above with --summary-json: when the ranks were
 #          started and when the last one exited (where gorun's time goes)
+#   contend (not in the default PARTS) the local MPICH case at CONTEND_NP ranks while
+#          HOGS busy loops run, each in a session of its own (as other users' jobs do):
+#          gorun, gorun with every rank in a session of its own (`setsid -w ./hello`),
+#          and mpiexec.hydra (which puts every rank in a session of its own)
 #
 # Before timing a case, every launcher runs it once and must print exactly
 # "hello from N ranks" (and, over SSH, place `hostname` 4 per host); a mismatch is
@@ -25,7 +29,8 @@
 #                  (default 20)
 #        NPS       ranks for the local MPICH case (default "4 16 64")
 #        OMPI_NPS  ranks for the Open MPI case (default "4 16")
-#        PARTS     which parts (default "local ssh ompi phases")
+#        PARTS     which parts (default "local ssh ompi phases"; also "contend")
+#        CONTEND_NP ranks (default 16) and HOGS busy loops (default 2) for the contend part
 #        KEEP_HOSTS 1: leave the fake hosts up at the end (and reuse hosts already up)
 #        SRC       the source tree to build gorun, gorun-pmix, testhosts and hello from
 #                  (default: this checkout; e.g. a clean clone while the checkout is mid-edit)
@@ -50,6 +55,8 @@ WARMUP=${WARMUP:-2}
 TIMEOUT=${TIMEOUT:-20}
 NPS=${NPS:-"4 16 64"}
 OMPI_NPS=${OMPI_NPS:-"4 16"}
+CONTEND_NP=${CONTEND_NP:-16}
+HOGS=${HOGS:-2}
 PARTS=${PARTS:-"local ssh ompi phases"}
 STATE=${STATE:-$BENCH/.state/mpi}
 OUT=${OUT:-$BENCH/results/mpi-$(date +%Y%m%d-%H%M%S)}
@@ -66,7 +73,7 @@ HYDRA=$(command -v mpiexec.hydra || true)
 MPICC_MPICH=$(command -v mpicc.mpich || true)
 OMPI=$(command -v mpirun.openmpi || true)
 MPICC_OMPI=$(command -v mpicc.openmpi || true)
-if want local || want ssh; then
+if want local || want ssh || want contend; then
   [ -n "$HYDRA" ] || die "needs MPICH's mpiexec.hydra: apt-get install mpich"
   [ -n "$MPICC_MPICH" ] || die "needs MPICH's mpicc.mpich: apt-get install libmpich-dev"
 fi
@@ -89,7 +96,9 @@ OMPI_ARGS="--oversubscribe"
 # Build: gorun (static) and gorun-pmix side by side, and both hello programs, in WORK.
 WORK=$(mktemp -d /var/tmp/gorun-bench-mpi.XXXXXX)
 started=0
+HOG_PIDS=()
 cleanup() {
+  if [ ${#HOG_PIDS[@]} != 0 ]; then kill "${HOG_PIDS[@]}" 2>/dev/null || true; fi
   if [ "$started" = 1 ] && [ "${KEEP_HOSTS:-0}" != 1 ]; then "$TH" --state "$STATE" down >&2 || true; fi
   rm -rf "$WORK"
 }
@@ -247,6 +256,27 @@ if want phases && [ $((${#PHASES[@]} + ${#PHASES_SSH[@]})) -gt 0 ]; then
     leftovers "the phases part (ssh)"
   fi
 fi
+if want contend; then
+  n=$CONTEND_NP
+  check "gorun setsid np$n" "hello from $n ranks" "$GORUN" -np "$n" setsid -w ./hello
+  echo "contend: $HOGS busy loops, np $n..." >&2
+  echo "load before the busy loops: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
+  for ((i = 0; i < HOGS; i++)); do
+    # Not a process group leader (no job control here): setsid makes this very
+    # process a session leader, so $! is the loop itself.
+    setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    HOG_PIDS+=("$!")
+  done
+  tag="MPICH hello, 1 host, np $n, $HOGS busy loops beside"
+  printf '%s:\n  gorun: %s\n  gorun-setsid: %s\n  mpich: %s\n' "$tag" "$GORUN -np $n ./hello" \
+    "$GORUN -np $n setsid -w ./hello" "$HYDRA -n $n ./hello" >> "$OUT/commands.txt"
+  "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
+    --json "$OUT/contend-np$n.json" --tag "$tag" "gorun=$GORUN -np $n ./hello" \
+    "gorun-setsid=$GORUN -np $n setsid -w ./hello" "mpich=$HYDRA -n $n ./hello" >> "$OUT/summary.tsv" || true
+  kill "${HOG_PIDS[@]}" 2>/dev/null || true
+  HOG_PIDS=()
+  leftovers "$tag"
+fi
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"
 
 {
@@ -257,6 +287,7 @@ echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"
   for n in $NPS; do [ ! -f "$OUT/local-np$n.json" ] || files+=("$OUT/local-np$n.json"); done
   [ ! -f "$OUT/ssh-4x4.json" ] || files+=("$OUT/ssh-4x4.json")
   for n in $OMPI_NPS; do [ ! -f "$OUT/ompi-np$n.json" ] || files+=("$OUT/ompi-np$n.json"); done
+  [ ! -f "$OUT/contend-np$CONTEND_NP.json" ] || files+=("$OUT/contend-np$CONTEND_NP.json")
   [ ${#files[@]} = 0 ] || "$PY" "$BENCH/table.py" --pair "${files[@]}"
   files=()
   for f in phases-local phases-ssh; do [ ! -f "$OUT/$f.json" ] || files+=("$OUT/$f.json"); done

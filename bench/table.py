@@ -93,7 +93,8 @@ def by_tag(paths, suffix=""):
     return True
 
 
-PEER_NAMES = {"mpich": "MPICH mpiexec.hydra", "openmpi": "Open MPI mpirun"}
+PEER_NAMES = {"mpich": "MPICH mpiexec.hydra", "openmpi": "Open MPI mpirun",
+              "gorun-setsid": "gorun, each rank under setsid -w"}
 
 
 def pair(paths):
