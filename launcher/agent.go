@@ -510,7 +510,12 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		Dir:   l.Dir,
 		Env:   environ,
 		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd(), pmiTheirs.Fd()},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		// Each rank leads its own session (and so its own process group,
+		// which the agent signals), as Hydra's ranks do: with the kernel's
+		// autogroup scheduling a session is one CPU share, and ranks
+		// sharing the launcher's would together weigh as one process
+		// against the rest of the machine.
+		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
 		return fail(err)
