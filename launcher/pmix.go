@@ -171,7 +171,7 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 	}
 	p, err := plugins.Start(plugins.Spec{
 		Name: pmixbridge.Name, Path: plug, Handshake: pmixbridge.Handshake,
-		Plugins: pmixbridge.PluginSet(nil), Stderr: a.o.Log, SocketDir: dir,
+		Plugins: pmixbridge.PluginSet(nil), Stderr: a.o.Log, SocketDir: dir, PrivateSocket: true,
 		Env: []string{"TMPDIR=" + dir},
 	})
 	if err != nil {

@@ -51,3 +51,20 @@ func TestStartNotAPlugin(t *testing.T) {
 		}
 	}
 }
+
+// Only a directory of this user's that nobody else can enter counts as
+// private (and lets a plugin skip TLS).
+func TestPrivateDir(t *testing.T) {
+	dir := t.TempDir()
+	os.Chmod(dir, 0o700)
+	if !privateDir(dir) {
+		t.Errorf("%s (0700) is not private", dir)
+	}
+	os.Chmod(dir, 0o750)
+	if privateDir(dir) {
+		t.Errorf("%s (0750) is private", dir)
+	}
+	if privateDir(filepath.Join(dir, "missing")) || privateDir("/") {
+		t.Error("a missing directory or / is private")
+	}
+}
