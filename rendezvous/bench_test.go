@@ -65,8 +65,10 @@ func serveWire(st *Store, member int, c net.Conn) {
 // BenchmarkFence1000Ranks16Agents: 1,000 simulated ranks, spread over 16
 // agents (KVServers on unix sockets, each with its own wire to the head's
 // Store), each put a 64-byte value, fence, and get 8 other ranks' values.
-// It reports the median put and get latencies seen by a rank and the time
-// from the first rank entering the fence to the last one leaving it.
+// It reports the median put and get latencies seen by a rank while all
+// ranks work at once (put-us, get-us: on a small machine mostly queueing),
+// the same for one rank alone (put1-us, get1-us), and the time from the
+// first rank entering the fence to the last one leaving it (fence-us).
 func BenchmarkFence1000Ranks16Agents(b *testing.B) {
 	const ranks, agents, gets = 1000, 16, 8
 	st, err := NewStore(agents, StoreOptions{})
@@ -161,9 +163,26 @@ func BenchmarkFence1000Ranks16Agents(b *testing.B) {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 		return float64(d[len(d)/2].Microseconds())
 	}
+	// The same operations by one rank while the others are idle: the
+	// latency of the protocol itself, not of a queue of 1,000 ranks on
+	// this machine's cores.
+	var idlePut, idleGet []time.Duration
+	for k := range 200 {
+		t0 := time.Now()
+		if err := clients[0].Put("idle."+strconv.Itoa(k), value); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := clients[0].Get("i0.r1"); err != nil {
+			b.Fatal(err)
+		}
+		idlePut, idleGet = append(idlePut, t1.Sub(t0)), append(idleGet, time.Since(t1))
+	}
 	b.ReportMetric(med(puts), "put-us")
 	b.ReportMetric(med(fences), "fence-us")
 	b.ReportMetric(med(getsLat), "get-us")
+	b.ReportMetric(med(idlePut), "put1-us")
+	b.ReportMetric(med(idleGet), "get1-us")
 	for _, c := range clients {
 		c.Close()
 	}
