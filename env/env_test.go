@@ -103,3 +103,32 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("Resolve = %v, %v", vars, missing)
 	}
 }
+
+// A PMIx server's variables reach the rank with the switch that makes
+// Open MPI 4.1 accept a launcher it does not know; -x still wins.
+func TestPMIxEnv(t *testing.T) {
+	t.Parallel()
+	r := Rank{JobID: "j", Rank: 1, WorldSize: 2, PMIx: []string{"PMIX_RANK=1", "PMIX_NAMESPACE=gorun.j.0"}, Secret: "s3cret-s3cret-s3cret"}
+	got := map[string]string{}
+	for _, kv := range Build(nil, r, []string{"OMPI_MCA_schizo=ompi"}) {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	if got["PMIX_RANK"] != "1" || got["PMIX_NAMESPACE"] != "gorun.j.0" || got["GORUN_JOB_SECRET"] != "s3cret-s3cret-s3cret" {
+		t.Errorf("PMIx or secret variables missing: %v", got)
+	}
+	if got["OMPI_MCA_schizo"] != "ompi" {
+		t.Errorf("OMPI_MCA_schizo=%q, want the -x value", got["OMPI_MCA_schizo"])
+	}
+	for _, kv := range Vars(Rank{}) {
+		if strings.HasPrefix(kv, "OMPI_MCA_schizo=") || strings.HasPrefix(kv, "GORUN_JOB_SECRET=") {
+			t.Errorf("%s set without PMIx or a secret", kv)
+		}
+	}
+	for _, kv := range Vars(Rank{PMIx: []string{"PMIX_RANK=0"}}) {
+		if kv == "OMPI_MCA_schizo=^orte" {
+			return
+		}
+	}
+	t.Error("OMPI_MCA_schizo=^orte missing with PMIx")
+}

@@ -92,6 +92,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad -x", []string{"-x", "1BAD=2", "true"}, []string{"1BAD"}},
 		{"bad duration", []string{"--grace-period", "soon", "true"}, []string{"--grace-period", "soon"}},
 		{"no program", []string{"-np", "2"}, []string{"no program"}},
+		{"bad --pmix", []string{"--pmix", "maybe", "true"}, []string{"--pmix", "maybe", "auto, on or off"}},
 		{"print-env out of range", []string{"--print-env", "7", "-np", "2", "true"}, []string{"--print-env 7", "0-1"}},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,60 @@
+package launcher
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// needsPMIx tells Open MPI programs and mpi4py scripts from the rest.
+func TestNeedsPMIx(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	src := filepath.Join(dir, "hello.c")
+	os.WriteFile(src, []byte("#include <mpi.h>\nint main(int c, char **v) { MPI_Init(&c, &v); MPI_Finalize(); return 0; }\n"), 0o644)
+	type prog struct {
+		path string
+		argv []string
+		want bool
+	}
+	var progs []prog
+	for cc, want := range map[string]bool{"mpicc.openmpi": true, "mpicc.mpich": false} {
+		if _, err := exec.LookPath(cc); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing; CI must run this test", cc)
+			}
+			continue
+		}
+		bin := filepath.Join(dir, strings.TrimPrefix(cc, "mpicc."))
+		if out, err := exec.Command(cc, "-o", bin, src).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cc, err, out)
+		}
+		progs = append(progs, prog{bin, []string{bin}, want})
+	}
+	script := filepath.Join(dir, "job.py")
+	os.WriteFile(script, []byte("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n"), 0o755)
+	plain := filepath.Join(dir, "plain.py")
+	os.WriteFile(plain, []byte("import torch\n"), 0o755)
+	shebang := filepath.Join(dir, "run")
+	os.WriteFile(shebang, []byte("#!/usr/bin/python3\nimport mpi4py.MPI\n"), 0o755)
+	shell := filepath.Join(dir, "run.sh")
+	os.WriteFile(shell, []byte("#!/bin/sh\n# mpi4py is only mentioned\n"), 0o755)
+	progs = append(progs,
+		prog{"/usr/bin/python3", []string{"python3", script}, true},
+		prog{"/usr/bin/python3", []string{"python3", "-u", script}, true},
+		prog{"/usr/bin/python3", []string{"python3", plain}, false},
+		prog{"/usr/bin/python3", []string{"python3", "-m", "mpi4py", plain}, true},
+		prog{"/usr/bin/python3", []string{"python3", "-c", "import mpi4py"}, true},
+		prog{shebang, []string{shebang}, true},
+		prog{shell, []string{shell}, false},
+		prog{"/bin/true", []string{"true"}, false},
+		prog{filepath.Join(dir, "missing"), []string{"missing"}, false},
+	)
+	for _, p := range progs {
+		if got, why := needsPMIx(p.path, p.argv); got != p.want {
+			t.Errorf("needsPMIx(%s, %q) = %v (%s), want %v", p.path, p.argv, got, why, p.want)
+		}
+	}
+}
