@@ -41,6 +41,11 @@ type Rank struct {
 	// Secret is the per-job secret that GORUN_AGENT_SOCKET asks for
 	// (GORUN_JOB_SECRET); "" = none.
 	Secret string
+	// Slurm is set inside a Slurm allocation: the rank then also gets the
+	// variables Slurm gives a task (SLURM_PROCID, SLURM_LOCALID,
+	// SLURM_NODEID, SLURM_NTASKS, SLURM_NPROCS), which tools such as
+	// PyTorch Lightning and submitit read, replacing the batch step's.
+	Slurm bool
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -138,6 +143,10 @@ func Vars(r Rank) []string {
 	}
 	if r.Secret != "" {
 		v = append(v, "GORUN_JOB_SECRET="+r.Secret)
+	}
+	if r.Slurm {
+		v = append(v, "SLURM_PROCID="+itoa(r.Rank), "SLURM_LOCALID="+itoa(r.LocalRank), "SLURM_NODEID="+itoa(r.NodeRank),
+			"SLURM_NTASKS="+itoa(r.WorldSize), "SLURM_NPROCS="+itoa(r.WorldSize))
 	}
 	if len(r.PMIx) > 0 {
 		v = append(v, r.PMIx...)

@@ -132,3 +132,26 @@ func TestPMIxEnv(t *testing.T) {
 	}
 	t.Error("OMPI_MCA_schizo=^orte missing with PMIx")
 }
+
+// Inside Slurm a rank's Slurm task variables are its own, not the batch
+// step's it inherited; outside Slurm none is set.
+func TestSlurmVars(t *testing.T) {
+	t.Parallel()
+	base := []string{"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_JOB_ID=42"}
+	got := map[string]string{}
+	for _, kv := range Build(base, Rank{Rank: 5, LocalRank: 1, NodeRank: 2, WorldSize: 6, Slurm: true}, nil) {
+		k, v, _ := strings.Cut(kv, "=")
+		got[k] = v
+	}
+	want := map[string]string{"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_NTASKS": "6", "SLURM_NPROCS": "6", "SLURM_JOB_ID": "42"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s=%q, want %q", k, got[k], v)
+		}
+	}
+	for _, kv := range Vars(Rank{Rank: 1}) {
+		if strings.HasPrefix(kv, "SLURM_") {
+			t.Errorf("%s set outside Slurm", kv)
+		}
+	}
+}

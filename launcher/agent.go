@@ -318,7 +318,7 @@ func (a *agent) launch(l control.Launch) {
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints, PMIFD: pmiFD,
-			PMIx: pmixEnv[s.Rank], AgentSocket: kvSock, Secret: kvSecret,
+			PMIx: pmixEnv[s.Rank], AgentSocket: kvSock, Secret: kvSecret, Slurm: l.Slurm,
 		}, l.Exports)
 	}
 	if l.PrintEnv > 0 {

@@ -72,7 +72,11 @@ type Options struct {
 	// (through the gorun-pmix plugin) to Open MPI programs.
 	PMIx string
 
-	Starter Starter   // nil = LocalStarter
+	Starter Starter // nil = LocalStarter
+	// Alloc is the resource manager's allocation the job runs in, if any:
+	// it chooses the starter for other hosts (srun for Slurm) and the
+	// ranks' Slurm variables.
+	Alloc   *Allocation
 	Stdin   io.Reader // nil = os.Stdin
 	Stdout  io.Writer // nil = os.Stdout
 	Stderr  io.Writer // nil = os.Stderr
@@ -115,6 +119,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.ImplicitHosts && plan.Oversubscribed {
 		fmt.Fprintf(o.Stderr, "gorun: note: %d ranks on localhost's %d slots: running oversubscribed and unbound (give -H or --hostfile to make this an error)\n",
 			len(plan.Ranks), plan.Slots)
+	}
+	if o.DisplayMap || o.DryRun {
+		fmt.Fprintf(o.Stderr, "gorun: backend: %s\n", backendLine(o.Alloc))
 	}
 	if (o.DisplayMap || o.DryRun) && !o.Plan.MapBy.NeedsNUMA() {
 		plan.Format(o.Stderr)
@@ -173,13 +180,34 @@ func absPaths(s control.SSH) control.SSH {
 	return s
 }
 
+// backendLine says, for --display-map, how agents will be started and why.
+func backendLine(a *Allocation) string {
+	switch {
+	case a == nil:
+		return "local and SSH (no resource manager's allocation)"
+	case a.Kind == BackendSlurm:
+		return "slurm: agents on other nodes through srun; " + a.Why
+	default:
+		return "pbs: hosts from the node file, agents on other hosts over SSH; " + a.Why
+	}
+}
+
 // defaultStarter starts agents on this machine locally and on other hosts
-// over SSH (the dialer is only made when some host needs it).
+// over SSH, or through srun inside a Slurm allocation (the dialer is only
+// made when some host needs it).
 func defaultStarter(o Options, plan *Plan) (Starter, error) {
 	m := &MixedStarter{Local: &LocalStarter{Stderr: o.Stderr}}
 	for _, n := range plan.Nodes {
 		if IsLocal(n.Host.Name) && n.Host.User == "" && n.Host.Port == 0 {
 			continue
+		}
+		if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("find gorun's own binary: %w", err)
+			}
+			m.Remote = NewSlurmStarter(exe, plan, o.Stderr)
+			break
 		}
 		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }
 		d, err := sshclient.NewDialer(sshOptions(o.SSH, logf))
@@ -610,7 +638,7 @@ func (h *head) pmixHosts() []string {
 
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
-		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: cwd(),
+		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: cwd(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,

@@ -18,6 +18,10 @@ type HostSource struct {
 	HostList []string // -H, each a comma-separated list
 	Include  string   // DeepSpeed --include
 	Exclude  string   // DeepSpeed --exclude
+	// Alloc is the resource manager's allocation gorun runs in (see
+	// DetectAllocation): its hosts are the default, and a hostfile or -H
+	// may only choose among them.
+	Alloc *Allocation
 }
 
 // Hosts turns a host source into hosts. With no source it returns this
@@ -33,6 +37,9 @@ func (s HostSource) Hosts() (hosts []hostfile.Host, implicit bool, desc string, 
 	case len(s.HostList) > 0:
 		desc = "-H " + strings.Join(s.HostList, ",")
 		hosts, err = hostfile.ParseHostList(strings.Join(s.HostList, ","))
+	case s.Alloc != nil:
+		desc = s.Alloc.Name()
+		hosts = append([]hostfile.Host(nil), s.Alloc.Hosts...)
 	default:
 		implicit, desc = true, "localhost"
 		slots := topology.LocalGPUs()
@@ -43,6 +50,12 @@ func (s HostSource) Hosts() (hosts []hostfile.Host, implicit bool, desc string, 
 	}
 	if err != nil {
 		return nil, false, "", fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if s.Alloc != nil && (s.Hostfile != "" || len(s.HostList) > 0) {
+		if hosts, err = s.Alloc.Select(hosts, desc); err != nil {
+			return nil, false, "", err
+		}
+		desc += " within " + s.Alloc.Name()
 	}
 	if s.Include != "" && s.Exclude != "" {
 		return nil, false, "", fmt.Errorf("%w: give --include or --exclude, not both (as DeepSpeed)", ErrUsage)

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -16,6 +19,7 @@ import (
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/plugins/pmixbridge"
 	"github.com/gorun/gorun/sshclient"
 )
 
@@ -36,6 +40,16 @@ type SSHStarter struct {
 	// session, so that an agent that starts lower agents (a launch tree)
 	// authenticates with the user's keys without holding any.
 	ForwardAgent bool
+	// PMIx and Argv are the job's --pmix mode (PMIxAuto, PMIxOn, PMIxOff;
+	// "" is PMIxOff) and program. Where gorun is staged to a host and the
+	// job may need PMIx (see pmixToStage), the gorun-pmix plugin next to
+	// the staged binary here is staged with it, so that the agent finds it
+	// next to its own executable there.
+	PMIx string
+	Argv []string
+
+	pmixOnce   sync.Once
+	pmixPlugin string // the local gorun-pmix to stage with gorun, or ""
 }
 
 var _ Starter = (*SSHStarter)(nil)
@@ -74,13 +88,20 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 	if src == "" {
 		src = s.Exe
 	}
-	path, _, err := sshclient.Stage(ctx, c, src, s.Exe)
+	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
+	var extra []string
+	with := ""
+	if s.pmixPlugin != "" {
+		extra = []string{s.pmixPlugin}
+		with = " (with " + pmixbridge.Binary + " next to it)"
+	}
+	path, _, err := sshclient.Stage(ctx, c, src, s.Exe, extra...)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
 	}
 	if s.Log != nil {
-		s.Log("%s: %s; using a copy in %s", host.Name, why, path)
+		s.Log("%s: %s; using a copy in %s%s", host.Name, why, path, with)
 	}
 	a, id, err = s.startOn(c, host, path)
 	if err == nil && id != mine {
@@ -91,6 +112,42 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
 	return a, nil
+}
+
+// pmixToStage returns the gorun-pmix plugin to stage along with the gorun
+// binary exe, or "": the file of that name next to exe (where `make build`
+// puts it), if there is one and the job may need PMIx: never with mode
+// PMIxOff (or ""), always with PMIxOn, and with PMIxAuto when
+// programMayNeedPMIx says so. Staging it costs the copy of some 18 MB, on
+// the first job only, which jobs that need no PMIx are spared.
+func pmixToStage(exe, mode string, argv []string) string {
+	if mode == "" || mode == PMIxOff {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), pmixbridge.Binary)
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return "" // another error is Stage's to report, naming the file
+	}
+	if mode != PMIxOn && !programMayNeedPMIx(argv) {
+		return ""
+	}
+	return p
+}
+
+// programMayNeedPMIx says whether the program argv[0], as this host
+// resolves it (a path relative to the working directory, else a name in
+// PATH), may need PMIx: needsPMIx says so, or this host cannot resolve
+// it, as when it is on the other hosts only.
+func programMayNeedPMIx(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil && !errors.Is(err, exec.ErrDot) {
+		return true
+	}
+	need, _ := needsPMIx(path, argv)
+	return need
 }
 
 // startOn starts `path agent` in a new session on c and reads its

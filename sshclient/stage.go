@@ -10,14 +10,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/crypto/ssh"
 )
 
-// exeHash caches the sha256 of local executables, keyed by path, size and
+// exeHashes caches the sha256 of local files, keyed by path, size and
 // modification time.
 var exeHashes sync.Map // string -> *hashEntry
 
@@ -49,6 +51,9 @@ func localHash(path string) (string, error) {
 		}
 		e.sum = hex.EncodeToString(h.Sum(nil))
 	})
+	if e.err != nil {
+		exeHashes.CompareAndDelete(key, e) // not kept: the next call tries again
+	}
 	return e.sum, e.err
 }
 
@@ -70,7 +75,9 @@ func shCommand(script string) string {
 	return "exec /bin/sh -c " + shQuote(strings.Join(lines, "; "))
 }
 
-// The probe prints "want HASH", "cache HASH", "home DIR" and "uname OS ARCH".
+// The probe prints "want HASH", "cache HASH", "home DIR" and "uname OS ARCH",
+// then "extra I HASH X" for each extra file that is in the cache directory
+// (probeExtra), X being "x" when it is executable there and "-" if not.
 const probeScript = `h() { s=$(sha256sum < "$1" 2>/dev/null || shasum -a 256 < "$1" 2>/dev/null) && echo "${s%%%% *}"; }
 p=%s
 c="$HOME/.cache/gorun/bin/%s/gorun"
@@ -80,14 +87,21 @@ echo "home $HOME"
 echo "uname $(uname -s) $(uname -m)"
 `
 
-// The copier reads the binary on stdin into a temporary file next to its
-// final place, checks it, makes it executable and renames it into place, so
-// that concurrent stagers on a shared file system never see a partial file.
+// probeExtra is the probe's line for extra file I (its name is checked by
+// stageName, so it needs no quoting).
+const probeExtra = `e="$HOME/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(h "$e") $x"; fi
+`
+
+// The copier reads a file on stdin into a temporary file next to its final
+// place (the cache directory, NAME), checks it, sets its mode and renames it
+// into place, so that concurrent stagers on a shared file system never see
+// a partial file. Its arguments: the directory, NAME, a random token, the
+// sha256, the size, the mode and NAME again.
 const copyScript = `set -e
 : "${HOME:?HOME is not set}"
 d="$HOME/.cache/gorun/bin/%s"
 mkdir -p "$d"
-t="$d/.gorun.tmp.%s"
+t="$d/.%s.tmp.%s"
 trap 'rm -f "$t"' EXIT
 cat > "$t"
 s=$(sha256sum < "$t" 2>/dev/null || shasum -a 256 < "$t" 2>/dev/null || true)
@@ -95,8 +109,8 @@ s="${s%%%% *}"
 if [ -n "$s" ] && [ "$s" != %s ]; then echo "checksum mismatch after copy: $s" >&2; exit 3; fi
 n=$(wc -c < "$t" | tr -d ' ')
 if [ "$n" != %d ]; then echo "size mismatch after copy: $n bytes" >&2; exit 3; fi
-chmod 755 "$t"
-mv -f "$t" "$d/gorun"
+chmod %s "$t"
+mv -f "$t" "$d/%s"
 trap - EXIT
 `
 
@@ -159,7 +173,15 @@ func goPlatform(osName, machine string) (string, string) {
 // right hash) and returns its absolute path, true. The remote host needs a
 // POSIX sh, and sha256sum (or shasum) for the comparisons. Errors are
 // *HostError naming the host.
-func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string) (remotePath string, staged bool, err error) {
+//
+// When it stages gorun (and only then), Stage also puts each of the local
+// files extra (such as the gorun-pmix plugin next to the head's gorun) into
+// that directory under its base name, next to the staged gorun, checked and
+// skipped by sha256 as gorun is, executable there when it is here. Their
+// base names must be plain file names other than "gorun". An extra file
+// that cannot be read is an error naming it, found before anything is
+// copied.
+func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string, extra ...string) (remotePath string, staged bool, err error) {
 	host := hostOf(c)
 	fail := func(format string, args ...any) (string, bool, error) {
 		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: "+format, args...), "")
@@ -169,7 +191,17 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string)
 		return fail("%v", err)
 	}
 	short := sum[:16]
-	out, err := runSession(ctx, c, shCommand(fmt.Sprintf(probeScript, shQuote(wantPath), short)), nil)
+	extras := make([]stagedFile, len(extra))
+	probe := fmt.Sprintf(probeScript, shQuote(wantPath), short)
+	for i, p := range extra {
+		name, err := stageName(p, extra[:i])
+		if err != nil {
+			return fail("%v", err)
+		}
+		extras[i] = stagedFile{local: p, name: name}
+		probe += fmt.Sprintf(probeExtra, short, name, i)
+	}
+	out, err := runSession(ctx, c, shCommand(probe), nil)
 	if err != nil {
 		return fail("checking %s: %v", wantPath, err)
 	}
@@ -194,6 +226,12 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string)
 			if len(f) > 2 {
 				unameOS, unameArch = f[1], f[2]
 			}
+		case "extra":
+			if len(f) > 3 {
+				if i, err := strconv.Atoi(f[1]); err == nil && i >= 0 && i < len(extras) {
+					extras[i].remoteSum, extras[i].remoteExec = f[2], f[3] == "x"
+				}
+			}
 		}
 	}
 	if wantSum == sum {
@@ -202,36 +240,106 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string)
 	if home == "" || !strings.HasPrefix(home, "/") {
 		return fail("the remote HOME is %q, not an absolute path", home)
 	}
-	cachePath := strings.TrimSuffix(home, "/") + "/.cache/gorun/bin/" + short + "/gorun"
-	if cacheSum == sum {
-		return cachePath, true, nil
+	dir := strings.TrimSuffix(home, "/") + "/.cache/gorun/bin/" + short
+	cachePath := dir + "/gorun"
+	// The extra files are read here, before anything is copied.
+	for i := range extras {
+		e := &extras[i]
+		st, err := os.Stat(e.local)
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a regular file", e.local)
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+		if e.sum, err = localHash(e.local); err != nil {
+			return fail("%v", err)
+		}
+		e.exec = st.Mode().Perm()&0o111 != 0
 	}
-	if goos, goarch := goPlatform(unameOS, unameArch); goos != "" && goarch != "" &&
-		(goos != runtime.GOOS || goarch != runtime.GOARCH) {
-		return "", false, hostErr(host, Other,
-			fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", goos, goarch, runtime.GOOS, runtime.GOARCH),
-			fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))
+	if cacheSum != sum {
+		if goos, goarch := goPlatform(unameOS, unameArch); goos != "" && goarch != "" &&
+			(goos != runtime.GOOS || goarch != runtime.GOARCH) {
+			return "", false, hostErr(host, Other,
+				fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", goos, goarch, runtime.GOOS, runtime.GOARCH),
+				fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))
+		}
+		if err := copyTo(ctx, c, stagedFile{local: localExe, name: "gorun", sum: sum, exec: true}, short, cachePath); err != nil {
+			return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
+		}
 	}
+	for _, e := range extras {
+		if e.remoteSum == e.sum && (e.remoteExec || !e.exec) {
+			continue
+		}
+		if err := copyTo(ctx, c, e, short, dir+"/"+e.name); err != nil {
+			return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
+		}
+	}
+	return cachePath, true, nil
+}
 
-	f, err := os.Open(localExe)
-	if err != nil {
-		return fail("%v", err)
+// stagedFile is a file that Stage copies into the cache directory.
+type stagedFile struct {
+	local      string // its path here
+	name       string // its name there
+	sum        string // its sha256 here
+	exec       bool   // executable here, and so there
+	remoteSum  string // the sha256 of the file of that name there, if any
+	remoteExec bool   // whether that file is executable
+}
+
+// stageName returns the name that the extra file p gets in the cache
+// directory: its base name, which must be a plain file name (letters,
+// digits, '.', '_', '+' and '-', not starting with '.'), not "gorun" and
+// not the name of an earlier file of before.
+func stageName(p string, before []string) (string, error) {
+	name := filepath.Base(p)
+	if name == "gorun" {
+		return "", fmt.Errorf("cannot copy %s next to gorun: it has gorun's own name", p)
 	}
-	defer f.Close()
-	st, err := f.Stat()
+	if p == "" || strings.HasPrefix(name, ".") || strings.IndexFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._+-", r))
+	}) >= 0 {
+		return "", fmt.Errorf("cannot copy %q: its name is not a plain file name (letters, digits, '.', '_', '+' and '-', not starting with '.')", p)
+	}
+	for _, b := range before {
+		if filepath.Base(b) == name {
+			return "", fmt.Errorf("cannot copy both %s and %s: both are named %s", b, p, name)
+		}
+	}
+	return name, nil
+}
+
+// copyTo copies f over c into the cache directory short (remotePath is its
+// path there, for errors). Errors name the local file and remotePath.
+func copyTo(ctx context.Context, c *ssh.Client, f stagedFile, short, remotePath string) error {
+	fail := func(err error) error {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("copying %s to %s: %w", f.local, remotePath, err)
+		}
+		return fmt.Errorf("copying %s to %s: %v", f.local, remotePath, err)
+	}
+	r, err := os.Open(f.local)
 	if err != nil {
-		return fail("%v", err)
+		return fail(err)
+	}
+	defer r.Close()
+	st, err := r.Stat()
+	if err != nil {
+		return fail(err)
 	}
 	var tok [8]byte
 	if _, err := rand.Read(tok[:]); err != nil {
-		return fail("%v", err)
+		return fail(err)
 	}
-	script := fmt.Sprintf(copyScript, short, hex.EncodeToString(tok[:]), shQuote(sum), st.Size())
-	if _, err := runSession(ctx, c, shCommand(script), f); err != nil {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
-		}
-		return fail("copying %s to %s: %v", localExe, cachePath, err)
+	mode := "644"
+	if f.exec {
+		mode = "755"
 	}
-	return cachePath, true, nil
+	script := fmt.Sprintf(copyScript, short, f.name, hex.EncodeToString(tok[:]), shQuote(f.sum), st.Size(), mode, f.name)
+	if _, err := runSession(ctx, c, shCommand(script), r); err != nil {
+		return fail(err)
+	}
+	return nil
 }

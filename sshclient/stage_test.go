@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,157 @@ func TestStageErrorNamesHost(t *testing.T) {
 	var he *HostError
 	if !errors.As(err, &he) || he.Host != "node1" {
 		t.Fatalf("error %v, want a HostError for node1", err)
+	}
+}
+
+// extraFile writes a local file named name with random content next to exe.
+func extraFile(t *testing.T, exe, name string, size int) (string, []byte) {
+	t.Helper()
+	content := make([]byte, size)
+	if _, err := rand.Read(content); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(filepath.Dir(exe), name)
+	if err := os.WriteFile(p, content, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p, content
+}
+
+// An extra file lands next to the staged gorun, with its mode, and is not
+// copied again while an identical one is there.
+func TestStageExtra(t *testing.T) {
+	t.Parallel()
+	s, c, exe, content := stageSetup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	plugin, pluginContent := extraFile(t, exe, "gorun-pmix", 200<<10)
+	notes := filepath.Join(t.TempDir(), "notes.txt")
+	if err := os.WriteFile(notes, []byte("not a program\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := cacheFor(s.home, content)
+	wantPlugin := filepath.Join(filepath.Dir(want), "gorun-pmix")
+	wantNotes := filepath.Join(filepath.Dir(want), "notes.txt")
+
+	// wantPath holds the same gorun: nothing is staged, extra files neither.
+	same := filepath.Join(s.home, "bin", "gorun")
+	os.MkdirAll(filepath.Dir(same), 0o755)
+	os.WriteFile(same, content, 0o755)
+	path, staged, err := Stage(ctx, c, exe, same, plugin)
+	if err != nil || path != same || staged {
+		t.Fatalf("Stage(same) = %q, %v, %v; want %q, false", path, staged, err, same)
+	}
+	if _, err := os.Stat(wantPlugin); !os.IsNotExist(err) {
+		t.Fatalf("gorun-pmix copied though gorun was not staged (%v)", err)
+	}
+
+	// Staged: gorun and the extra files are copied, three copies.
+	n := s.execCount()
+	path, staged, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
+	if err != nil || path != want || !staged {
+		t.Fatalf("Stage = %q, %v, %v; want %q, true", path, staged, err, want)
+	}
+	if got := s.execCount() - n; got != 4 {
+		t.Errorf("Stage ran %d commands, want 4 (a probe and three copies)", got)
+	}
+	for _, f := range []struct {
+		path    string
+		content []byte
+		mode    os.FileMode
+	}{{want, content, 0o755}, {wantPlugin, pluginContent, 0o755}, {wantNotes, []byte("not a program\n"), 0o644}} {
+		got, err := os.ReadFile(f.path)
+		if err != nil || !bytes.Equal(got, f.content) {
+			t.Errorf("%s differs (%v)", f.path, err)
+		}
+		if st, err := os.Stat(f.path); err != nil || st.Mode().Perm() != f.mode {
+			t.Errorf("%s: mode %v (%v), want %v", f.path, st.Mode().Perm(), err, f.mode)
+		}
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(want), ".*.tmp.*")); len(leftovers) > 0 {
+		t.Errorf("temporary files left: %v", leftovers)
+	}
+
+	// Again: all identical, so only the probe runs.
+	n = s.execCount()
+	path, staged, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
+	if err != nil || path != want || !staged {
+		t.Fatalf("second Stage = %q, %v, %v", path, staged, err)
+	}
+	if got := s.execCount() - n; got != 1 {
+		t.Errorf("second Stage ran %d commands, want 1 (no copy)", got)
+	}
+
+	// The plugin there differs, or is not executable: copied again,
+	// gorun not.
+	for _, spoil := range []func(){
+		func() { os.WriteFile(wantPlugin, []byte("another gorun-pmix"), 0o755) },
+		func() { os.Chmod(wantPlugin, 0o644) },
+	} {
+		spoil()
+		n = s.execCount()
+		if _, _, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.execCount() - n; got != 2 {
+			t.Errorf("Stage ran %d commands, want 2 (a probe and the plugin's copy)", got)
+		}
+		got, err := os.ReadFile(wantPlugin)
+		if err != nil || !bytes.Equal(got, pluginContent) {
+			t.Errorf("gorun-pmix differs after a new copy (%v)", err)
+		}
+		if st, err := os.Stat(wantPlugin); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("gorun-pmix: mode %v (%v), want 0755", st.Mode().Perm(), err)
+		}
+	}
+}
+
+// An extra file that cannot be read, or that has no plain name, is an error
+// that names the host and the file, and nothing is copied.
+func TestStageExtraErrors(t *testing.T) {
+	t.Parallel()
+	s, c, exe, content := stageSetup(t)
+	dir := t.TempDir()
+	asDir := filepath.Join(dir, "gorun-pmix")
+	if err := os.Mkdir(asDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	unreadable := filepath.Join(t.TempDir(), "gorun-pmix")
+	if err := os.WriteFile(unreadable, []byte("x"), 0o000); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		extra []string
+		says  string // the error names this
+	}{
+		{"missing", []string{filepath.Join(dir, "missing", "gorun-pmix")}, filepath.Join(dir, "missing", "gorun-pmix")},
+		{"directory", []string{asDir}, asDir},
+		{"named gorun", []string{filepath.Join(dir, "gorun")}, filepath.Join(dir, "gorun")},
+		{"hidden", []string{filepath.Join(dir, ".x")}, filepath.Join(dir, ".x")},
+		{"same name twice", []string{filepath.Join(dir, "a", "p"), filepath.Join(dir, "b", "p")}, filepath.Join(dir, "b", "p")},
+	}
+	if os.Geteuid() != 0 { // root reads it anyway
+		cases = append(cases, struct {
+			name  string
+			extra []string
+			says  string
+		}{"unreadable", []string{unreadable}, unreadable})
+	}
+	for _, tc := range cases {
+		_, _, err := Stage(context.Background(), c, exe, "/nonexistent", tc.extra...)
+		t.Logf("%s: %v", tc.name, err)
+		var he *HostError
+		if !errors.As(err, &he) || he.Host != "node1" {
+			t.Errorf("%s: error %v, want a HostError for node1", tc.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%s: error %q does not name %s", tc.name, err, tc.says)
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(cacheFor(s.home, content))); !os.IsNotExist(err) {
+		t.Errorf("something was copied (%v)", err)
 	}
 }
 

@@ -91,10 +91,25 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Name:   "agent",
 				Usage:  "run gorun's per-host agent (started by gorun itself)",
 				Hidden: true,
-				Flags:  []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"},
+					&cli.StringFlag{Name: "connect", Usage: "connect back to the head at these host:port addresses (agents started by srun)"}},
 				Action: func(c *cli.Context) error {
+					var in io.Reader = os.Stdin
+					var out io.Writer = os.Stdout
+					host := c.String("host")
+					if addrs := c.String("connect"); addrs != "" {
+						if host == "" {
+							host = launcher.SlurmNodeName()
+						}
+						conn, err := launcher.DialHead(addrs, host)
+						if err != nil {
+							return errExit{code: 1, err: fmt.Errorf("agent on %s: %w", host, err)}
+						}
+						defer conn.Close()
+						in, out = conn, conn
+					}
 					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
-						In: os.Stdin, Out: os.Stdout, Log: stderr, Host: c.String("host"), Version: version,
+						In: in, Out: out, Log: stderr, Host: host, Version: version,
 					})
 					if err != nil && !errors.Is(err, io.EOF) {
 						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}
@@ -218,10 +233,18 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	get, list, num, dur, flag := s.str, s.list, s.num, s.dur, s.on
 	usage := func(err error) error { return errExit{code: launcher.ExitUsage, err: err} }
 
-	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude")}
+	alloc, err := launcher.DetectAllocation(os.Getenv, get("launcher"))
+	if err != nil {
+		return usage(err)
+	}
+	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude"), Alloc: alloc}
 	hosts, implicit, desc, err := src.Hosts()
 	if err != nil {
 		return usage(err)
+	}
+	np := num("np")
+	if np == 0 && alloc != nil && alloc.NTasks > 0 {
+		np = alloc.NTasks // as srun: the allocation's task count, not its rounded-up slots
 	}
 	mapBy, err := launcher.ParseMapBy(get("map-by"))
 	if err != nil {
@@ -256,7 +279,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	o := launcher.Options{
 		Argv: c.Args().Slice(), Hosts: hosts, ImplicitHosts: implicit,
-		Plan: launcher.PlanOptions{NP: num("np"), MapBy: mapBy, NPerNode: num("npernode"),
+		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: num("npernode"),
 			Oversubscribe: flag("oversubscribe"), Source: desc},
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
@@ -264,7 +287,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
-		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"),
+		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
 		SSH: s.ssh(),
 	}
 	code, err := launcher.Run(context.Background(), o)

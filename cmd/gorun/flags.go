@@ -56,6 +56,7 @@ var settings = []setting{
 	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME` (default: by route to the other hosts)"},
 	{name: "launch-fanout", kind: config.Int, def: "0", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun)"},
 	{name: "rendezvous-timeout", kind: config.Duration, def: "5m", arg: "DURATION", usage: "fail a PMI barrier that not every host reaches within `DURATION`, naming the ranks that never arrived"},
+	{name: "launcher", kind: config.String, def: "auto", arg: "HOW", usage: "how agents reach the hosts: auto (through srun inside a Slurm allocation, hosts from PBS_NODEFILE inside a PBS job, else SSH), local, ssh, slurm or pbs"},
 	{name: "pmix", kind: config.String, def: "auto", arg: "WHEN", usage: "serve PMIx to the ranks (Open MPI, mpi4py) through the gorun-pmix plugin: auto (when the program links Open MPI or imports mpi4py), on or off"},
 	{name: "heartbeat-timeout", kind: config.Duration, def: "5s", arg: "DURATION", usage: "a remote host silent this long is lost (a cut link leaves no EOF)"},
 }
