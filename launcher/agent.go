@@ -36,6 +36,12 @@ type AgentOptions struct {
 	Log     io.Writer // diagnostics (the agent's stderr)
 	Host    string    // the host's name in the plan, for messages
 	Version string    // gorun's version, sent in the hello
+	// Step says the agent runs as a task of a resource manager's step
+	// (srun), which signals its tasks itself (scancel, time limits): the
+	// first SIGTERM, SIGINT or SIGHUP is then forwarded to the ranks and
+	// reported to the head, as the head does with its own, and only a
+	// second one stops the ranks at once.
+	Step bool
 }
 
 // stopGraceOnEOF is how long ranks get between SIGTERM and SIGKILL when the
@@ -141,7 +147,8 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	}
 
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+	interrupted := false
 	// A write to the control channel after the head is gone must be an
 	// error, not death by SIGPIPE before the ranks are stopped. Caught,
 	// not ignored: an ignored SIGPIPE would be inherited by the ranks.
@@ -175,6 +182,16 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		case s := <-sigs:
 			if s == syscall.SIGCHLD {
 				a.reap()
+				continue
+			}
+			sig := s.(syscall.Signal)
+			// USR1 and USR2 (a preemption warning, say) go to the ranks,
+			// as do a step's first interrupt; the head hears of it, to
+			// pass it on to ranks the resource manager did not signal.
+			if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 || o.Step && !interrupted {
+				interrupted = interrupted || (sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2)
+				a.signalAll(sig)
+				a.w.Send(control.TypeSignaled, control.Signal{Signal: int(sig)})
 				continue
 			}
 			a.log.printf("got %v: stopping every rank", s)

@@ -218,7 +218,8 @@ func defaultStarter(o Options, plan *Plan) (Starter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("find gorun's own binary: %w", err)
 		}
-		m.Remote = &SSHStarter{Dialer: d, Exe: exe, Stage: o.SSH.Stage, Stderr: o.Stderr, Log: logf, ForwardAgent: o.Fanout > 0}
+		m.Remote = &SSHStarter{Dialer: d, Exe: exe, Stage: o.SSH.Stage, Stderr: o.Stderr, Log: logf, ForwardAgent: o.Fanout > 0,
+			PMIx: o.PMIx, Argv: o.Argv}
 		break
 	}
 	return m, nil
@@ -252,8 +253,10 @@ type event struct {
 	fence  *control.Fence
 	abort  *control.Abort
 	check  *control.CheckReply
-	msg    string // TypeError text
-	err    error  // the agent's channel failed or ended (frame 0)
+	// signaled: the agent got a signal from outside and forwarded it
+	signaled *control.Signal
+	msg      string // TypeError text
+	err      error  // the agent's channel failed or ended (frame 0)
 }
 
 type agentConn struct {
@@ -427,6 +430,7 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 	res := result{reason: reasonSuccess}
 	stopping := false
 	interrupts := 0
+	lastSig := map[syscall.Signal]time.Time{}
 	started := 0
 	var escalate <-chan time.Time
 	stop := func(grace time.Duration) {
@@ -537,9 +541,29 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 				}
 			case e.msg != "":
 				h.notef("gorun: agent on %s: %s\n", h.plan.Nodes[e.node].Host.Name, e.msg)
+			case e.signaled != nil:
+				// A resource manager signalled its step's agents, which
+				// passed it to their ranks: the ranks it did not reach
+				// (those gorun started itself) get it too, once.
+				sig := syscall.Signal(e.signaled.Signal)
+				if time.Since(lastSig[sig]) < time.Second {
+					continue
+				}
+				lastSig[sig] = time.Now()
+				h.notef("gorun: %s got %s from outside: forwarded to every rank\n", h.plan.Nodes[e.node].Host.Name, sigName(sig))
+				h.broadcastUnstepped(control.TypeSignal, control.Signal{Signal: int(sig)})
+				if sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2 {
+					interrupts++
+					if res.reason == reasonSuccess {
+						res = result{reason: reasonSignal, signal: sig}
+					}
+				}
 			}
 		case s := <-sigs:
 			sig := s.(syscall.Signal)
+			if time.Since(lastSig[sig]) < time.Second && interrupts == 1 {
+				continue // the same signal, which a step's agent reported first
+			}
 			if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
 				h.broadcast(control.TypeSignal, control.Signal{Signal: int(sig)})
 				continue
@@ -660,6 +684,16 @@ func cwd() string {
 		return "/"
 	}
 	return d
+}
+
+// broadcastUnstepped sends to the agents that are not tasks of a resource
+// manager's step (srun), which signals those itself.
+func (h *head) broadcastUnstepped(t control.Type, v any) {
+	for _, a := range h.agents {
+		if _, stepped := a.proc.(*tcpAgent); !a.gone && !stepped {
+			a.w.Send(t, v)
+		}
+	}
 }
 
 func (h *head) broadcast(t control.Type, v any) {
@@ -953,6 +987,9 @@ func (h *head) read(a *agentConn) {
 		case control.TypeAbort:
 			ev.abort = new(control.Abort)
 			err = f.Decode(ev.abort)
+		case control.TypeSignaled:
+			ev.signaled = new(control.Signal)
+			err = f.Decode(ev.signaled)
 		case control.TypeCheckRe:
 			ev.check = new(control.CheckReply)
 			err = f.Decode(ev.check)

@@ -104,7 +104,10 @@ func Start(s Spec) (*Plugin, error) {
 		Managed:          false,
 		UnixSocketConfig: sock,
 		Logger: hclog.New(&hclog.LoggerOptions{
-			Name: "plugin-" + s.Name, Level: hclog.Error, Output: stderr,
+			// Off: go-plugin would log the plugin's end as an error even
+			// when it was killed on purpose; failures to start come back
+			// as errors, and the plugin's own stderr is passed on.
+			Name: "plugin-" + s.Name, Level: hclog.Off, Output: stderr,
 		}),
 	})
 	proto, err := c.Client()

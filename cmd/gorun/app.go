@@ -109,7 +109,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						in, out = conn, conn
 					}
 					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
-						In: in, Out: out, Log: stderr, Host: host, Version: version,
+						In: in, Out: out, Log: stderr, Host: host, Version: version, Step: c.String("connect") != "",
 					})
 					if err != nil && !errors.Is(err, io.EOF) {
 						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}

@@ -237,6 +237,37 @@ func TestSignals(t *testing.T) {
 		}
 		assertNoSurvivors(t, mark, 500*time.Millisecond)
 	})
+	t.Run("USR1 to an agent reaches its ranks", func(t *testing.T) {
+		// A resource manager signals its steps' processes, agents among
+		// them: an agent passes USR1 on (it used to die of it) and says so.
+		t.Parallel()
+		mark := newMark(t)
+		cmd := gorunCommand(t.Context(), "-np", "2", "--tag-output", "-x", "GORUN_TEST_MARK="+mark, "sh", "-c",
+			`trap 'echo usr1-$RANK; exit 0' USR1; while :; do sleep 0.05; done`)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitMarked(t, mark, 2, 10*time.Second)
+		time.Sleep(200 * time.Millisecond)
+		agents := childPIDs(cmd.Process.Pid)
+		if len(agents) != 1 {
+			t.Fatalf("gorun has %d children, want its one agent", len(agents))
+		}
+		syscall.Kill(agents[0], syscall.SIGUSR1)
+		cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("exit code %d, want 0\n%s", code, errb.String())
+		}
+		if !strings.Contains(out.String(), "[0] usr1-0") || !strings.Contains(out.String(), "[1] usr1-1") {
+			t.Errorf("USR1 did not reach both ranks:\n%s", out.String())
+		}
+		if !strings.Contains(errb.String(), "localhost got SIGUSR1 from outside") {
+			t.Errorf("gorun does not say the agent got USR1:\n%s", errb.String())
+		}
+		assertNoSurvivors(t, mark, 500*time.Millisecond)
+	})
 	t.Run("second SIGINT kills", func(t *testing.T) {
 		t.Parallel()
 		mark := newMark(t)
@@ -326,4 +357,25 @@ func TestSummaryJSONFailure(t *testing.T) {
 	if s.HeadMaxRSS == 0 || len(s.Agents) != 1 || s.Agents[0].MaxRSS == 0 {
 		t.Errorf("memory figures missing: head %d, agents %+v", s.HeadMaxRSS, s.Agents)
 	}
+}
+
+// childPIDs lists the children of pid, from /proc.
+func childPIDs(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
 }

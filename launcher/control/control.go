@@ -58,10 +58,11 @@ const (
 	TypeFence    Type = 22 // A->H: Fence, this host's ranks reached a PMI barrier
 	TypeFenceRe  Type = 23 // H->A: FenceReply, the job-wide fence completed (or failed)
 	TypeAbort    Type = 24 // A->H: Abort, a rank called MPI_Abort or left before finalize
-	maxType      Type = 24
+	TypeSignaled Type = 25 // A->H: Signal, the agent got a signal from outside (a resource manager) and forwarded it
+	maxType      Type = 25
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort", "signaled"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
