@@ -516,3 +516,36 @@ func TestSSHBindings(t *testing.T) {
 		}
 	}
 }
+
+// Inside a PBS job gorun takes the hosts and slots from PBS_NODEFILE and
+// reaches them over SSH; --display-map says why.
+func TestSSHPBSNodefile(t *testing.T) {
+	c := sharedCluster(t)
+	nodefile := filepath.Join(binDir, "pbs-nodes")
+	if err := os.WriteFile(nodefile, []byte("h1\nh1\nh2\nh2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := sharedCommand(ctx, gorunBin, "--ssh-config", c.SSHConfig, "--display-map", "sh", "-c", `echo "rank $RANK of $WORLD_SIZE on $(hostname)"`)
+	cmd.Env = append(os.Environ(), "PBS_JOBID=17.pbs", "PBS_NODEFILE="+nodefile)
+	r := runCmd(t, ctx, cmd, 60*time.Second)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, w := range []string{"rank 0 of 4 on h1", "rank 1 of 4 on h1", "rank 2 of 4 on h2", "rank 3 of 4 on h2"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("stdout lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "backend: pbs") || !strings.Contains(r.stderr, "PBS_JOBID=17.pbs is set") {
+		t.Errorf("--display-map does not name the backend:\n%s", r.stderr)
+	}
+	// A host outside the node file is refused, naming it.
+	cmd = sharedCommand(ctx, gorunBin, "--ssh-config", c.SSHConfig, "-H", "h1,h3", "true")
+	cmd.Env = append(os.Environ(), "PBS_JOBID=17.pbs", "PBS_NODEFILE="+nodefile)
+	r = runCmd(t, ctx, cmd, 60*time.Second)
+	if r.code != 2 || !strings.Contains(r.stderr, "host h3 is not in PBS job 17.pbs") {
+		t.Errorf("-H with a host outside the job: exit %d\n%s", r.code, r.stderr)
+	}
+}
