@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ type AgentOptions struct {
 	// reported to the head, as the head does with its own, and only a
 	// second one stops the ranks at once.
 	Step bool
+	// ConnAddr and ClientAddr are this host's and the head's addresses on
+	// the control connection when it is not SSH's (which says them in
+	// SSH_CONNECTION): the head picks MASTER_ADDR from them.
+	ConnAddr, ClientAddr string
 }
 
 // stopGraceOnEOF is how long ranks get between SIGTERM and SIGKILL when the
@@ -140,7 +145,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	r := control.NewReader(o.In)
 	headHello, err := control.Handshake(a.w, r, control.Hello{
 		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(), NUMA: numaNodes(),
-		ConnAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 2), ClientAddr: sshAddr(os.Getenv("SSH_CONNECTION"), 0),
+		ConnAddr: cmp.Or(o.ConnAddr, sshAddr(os.Getenv("SSH_CONNECTION"), 2)), ClientAddr: cmp.Or(o.ClientAddr, sshAddr(os.Getenv("SSH_CONNECTION"), 0)),
 	})
 	if err != nil {
 		return fmt.Errorf("handshake with the head: %w", err)

@@ -96,6 +96,9 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, rep
 	// Unbound without looking at the node, unless a report is wanted: no
 	// binding asked and none to be had (oversubscribed, or no GPU).
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || topology.LocalGPUs() == 0)) {
+		if to == topology.BindDefault {
+			return grantedGPUs(l, base), "", "", nil
+		}
 		return nil, "", "", nil
 	}
 	n, err := localNode()
@@ -189,4 +192,39 @@ func visibleGPUs(n *topology.Node, v string) ([]int, error) {
 		out = append(out, found)
 	}
 	return out, nil
+}
+
+// grantedGPUs shares the GPUs a resource manager granted this host
+// (SLURM_STEP_GPUS or SLURM_JOB_GPUS, with CUDA_VISIBLE_DEVICES naming
+// them) among its ranks when gorun cannot see the GPUs to bind them (no
+// driver in this node's view, or GPUs that only exist for Slurm): local
+// rank i gets the i-th entry of CUDA_VISIBLE_DEVICES, round robin. Nothing
+// is done when the user set CUDA_VISIBLE_DEVICES with -x.
+func grantedGPUs(l control.Launch, base []string) []topology.RankBinding {
+	var cvd string
+	granted := false
+	for _, kv := range base {
+		name, v, _ := strings.Cut(kv, "=")
+		switch name {
+		case "CUDA_VISIBLE_DEVICES":
+			cvd = v
+		case "SLURM_STEP_GPUS", "SLURM_JOB_GPUS":
+			granted = granted || v != ""
+		}
+	}
+	for _, kv := range l.Exports {
+		if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
+			return nil
+		}
+	}
+	gpus := strings.Split(cvd, ",")
+	if !granted || cvd == "" || len(gpus) < 2 {
+		return nil
+	}
+	plan := make([]topology.RankBinding, len(l.Ranks))
+	for i := range plan {
+		plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone,
+			Env: []string{"CUDA_VISIBLE_DEVICES=" + gpus[i%len(gpus)]}}
+	}
+	return plan
 }

@@ -2,8 +2,10 @@ package launcher
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
 )
 
@@ -30,5 +32,28 @@ func TestVisibleGPUs(t *testing.T) {
 	// --include w0:0,2 on a host whose CUDA_VISIBLE_DEVICES grants 2 and 1.
 	if got := intersect([]int{0, 2}, []int{2, 1}); !reflect.DeepEqual(got, []int{2}) {
 		t.Errorf("intersect = %v", got)
+	}
+}
+
+// GPUs Slurm granted but gorun cannot see are shared one per rank, in the
+// order CUDA_VISIBLE_DEVICES names them; without Slurm's grant, or with
+// the user's own -x CUDA_VISIBLE_DEVICES, nothing changes.
+func TestGrantedGPUs(t *testing.T) {
+	l := control.Launch{Ranks: make([]control.RankSpec, 3)}
+	slurm := []string{"SLURM_JOB_GPUS=2,3", "CUDA_VISIBLE_DEVICES=2,3"}
+	plan := grantedGPUs(l, slurm)
+	var got []string
+	for _, b := range plan {
+		got = append(got, strings.Join(b.Env, " "))
+	}
+	if strings.Join(got, "|") != "CUDA_VISIBLE_DEVICES=2|CUDA_VISIBLE_DEVICES=3|CUDA_VISIBLE_DEVICES=2" {
+		t.Errorf("granted 2,3 to 3 ranks: %q", got)
+	}
+	if p := grantedGPUs(l, []string{"CUDA_VISIBLE_DEVICES=0,1"}); p != nil {
+		t.Errorf("without Slurm's grant: %v", p)
+	}
+	l.Exports = []string{"CUDA_VISIBLE_DEVICES=1"}
+	if p := grantedGPUs(l, slurm); p != nil {
+		t.Errorf("with -x CUDA_VISIBLE_DEVICES: %v", p)
 	}
 }

@@ -295,6 +295,15 @@ func readLine(r io.Reader, max int) (string, error) {
 	return "", errors.New("line too long")
 }
 
+// HostOf is the IP address of a TCP address, as text.
+func HostOf(a net.Addr) string {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.IP.String()
+	}
+	host, _, _ := net.SplitHostPort(a.String())
+	return host
+}
+
 // SlurmNodeName is the name of the Slurm node this runs on
 // (SLURMD_NODENAME in a step), else the host name: what the allocation's
 // nodelist calls it.

@@ -97,6 +97,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					var in io.Reader = os.Stdin
 					var out io.Writer = os.Stdout
 					host := c.String("host")
+					var connAddr, clientAddr string
 					if addrs := c.String("connect"); addrs != "" {
 						if host == "" {
 							host = launcher.SlurmNodeName()
@@ -107,9 +108,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						}
 						defer conn.Close()
 						in, out = conn, conn
+						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
 					}
 					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
 						In: in, Out: out, Log: stderr, Host: host, Version: version, Step: c.String("connect") != "",
+						ConnAddr: connAddr, ClientAddr: clientAddr,
 					})
 					if err != nil && !errors.Is(err, io.EOF) {
 						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}
