@@ -38,10 +38,10 @@ type AgentOptions struct {
 	Host    string    // the host's name in the plan, for messages
 	Version string    // gorun's version, sent in the hello
 	// Step says the agent runs as a task of a resource manager's step
-	// (srun), which signals its tasks itself (scancel, time limits): the
-	// first SIGTERM, SIGINT or SIGHUP is then forwarded to the ranks and
-	// reported to the head, as the head does with its own, and only a
-	// second one stops the ranks at once.
+	// (srun), which signals the step's processes itself (scancel, time
+	// limits), the ranks among them: the agent then only reports USR1,
+	// USR2 and a first SIGTERM, SIGINT or SIGHUP to the head, and a
+	// second interrupt stops the ranks at once.
 	Step bool
 	// ConnAddr and ClientAddr are this host's and the head's addresses on
 	// the control connection when it is not SSH's (which says them in
@@ -191,11 +191,16 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 			}
 			sig := s.(syscall.Signal)
 			// USR1 and USR2 (a preemption warning, say) go to the ranks,
-			// as do a step's first interrupt; the head hears of it, to
-			// pass it on to ranks the resource manager did not signal.
+			// and so does a step's first interrupt; the head hears of it,
+			// to pass it on to ranks the resource manager did not signal.
+			// A step's ranks already got it: Slurm signals every process
+			// of a step (proctrack/cgroup and linuxproc), so passing it on
+			// here would deliver it twice.
 			if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 || o.Step && !interrupted {
 				interrupted = interrupted || (sig != syscall.SIGUSR1 && sig != syscall.SIGUSR2)
-				a.signalAll(sig)
+				if !o.Step {
+					a.signalAll(sig)
+				}
 				a.w.Send(control.TypeSignaled, control.Signal{Signal: int(sig)})
 				continue
 			}

@@ -95,7 +95,11 @@ func (s *SlurmStarter) start() error {
 		port := ln.Addr().(*net.TCPAddr).Port
 		cmd := exec.Command("srun", SrunArgs(s.exe, s.nodes, headAddrs(port))...)
 		cmd.Env = append(os.Environ(), AgentKeyEnv+"="+hex.EncodeToString(s.key))
-		cmd.Stdout, cmd.Stderr = s.stderr, s.stderr
+		// srun says "cluster configuration lacks support for cpu
+		// binding" where the cluster has no task/affinity: harmless for
+		// --cpu-bind=none, and not for the job's output.
+		quiet := &lineFilter{w: s.stderr, drop: "lacks support for cpu binding"}
+		cmd.Stdout, cmd.Stderr = quiet, quiet
 		// SIGTERM, which srun turns into cancelling the step, if the head
 		// dies; its own group keeps the terminal's Ctrl-C to the head.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -363,4 +367,30 @@ func proveAgent(c net.Conn, key []byte, node string) error {
 	}
 	_, err = io.WriteString(c, agentPrefix+node+" "+hex.EncodeToString(agentMAC(key, nonce, node))+"\n")
 	return err
+}
+
+// lineFilter passes whole lines to w, except those containing drop.
+type lineFilter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	drop string
+	buf  []byte
+}
+
+func (f *lineFilter) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.buf = append(f.buf, p...)
+	for {
+		i := strings.IndexByte(string(f.buf), '\n')
+		if i < 0 {
+			break
+		}
+		line := f.buf[:i+1]
+		if !strings.Contains(string(line), f.drop) {
+			f.w.Write(line)
+		}
+		f.buf = f.buf[i+1:]
+	}
+	return len(p), nil
 }
