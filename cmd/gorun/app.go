@@ -246,7 +246,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		return usage(err)
 	}
 	np := num("np")
-	if np == 0 && alloc != nil && alloc.NTasks > 0 {
+	if np == 0 && alloc != nil && alloc.NTasks > 0 && get("hostfile") == "" && len(list("host")) == 0 {
 		np = alloc.NTasks // as srun: the allocation's task count, not its rounded-up slots
 	}
 	mapBy, err := launcher.ParseMapBy(get("map-by"))

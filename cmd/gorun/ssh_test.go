@@ -44,13 +44,7 @@ func sharedCluster(t *testing.T) *testhosts.Cluster {
 		t.Skipf("no SSH test hosts here: %v", err)
 	}
 	clusterOnce.Do(func() {
-		if binDir, clusterErr = os.MkdirTemp("/var/tmp", "gorun-test-"); clusterErr != nil {
-			return
-		}
-		gorunBin = filepath.Join(binDir, "gorun")
-		out, err := exec.Command("go", "build", "-o", gorunBin, ".").CombinedOutput()
-		if err != nil {
-			clusterErr = fmt.Errorf("build gorun: %v\n%s", err, out)
+		if clusterErr = buildShared(); clusterErr != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -64,9 +58,33 @@ func sharedCluster(t *testing.T) *testhosts.Cluster {
 }
 
 // downCluster is called by TestMain after the tests.
+// buildShared builds gorun into a directory every host (SSH or Slurm
+// node) sees, once.
+func buildShared() error {
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("/var/tmp", "gorun-test-"); binErr != nil {
+			return
+		}
+		os.Chmod(binDir, 0o755)
+		gorunBin = filepath.Join(binDir, "gorun")
+		if out, err := exec.Command("go", "build", "-o", gorunBin, ".").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("build gorun: %v\n%s", err, out)
+		}
+	})
+	return binErr
+}
+
+var (
+	binOnce sync.Once
+	binErr  error
+)
+
 func downCluster() {
 	if cluster != nil {
 		cluster.Down()
+	}
+	if slurm != nil {
+		slurm.Down()
 	}
 	if binDir != "" {
 		os.RemoveAll(binDir)
