@@ -3,8 +3,11 @@ package launcher
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
@@ -97,7 +100,7 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, rep
 	// binding asked and none to be had (oversubscribed, or no GPU).
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || topology.LocalGPUs() == 0)) {
 		if to == topology.BindDefault {
-			return grantedGPUs(l, base), "", "", nil
+			return unboundHints(l, base), "", "", nil
 		}
 		return nil, "", "", nil
 	}
@@ -105,6 +108,9 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, rep
 	if err != nil {
 		return nil, "", "", fmt.Errorf("discover the node: %w", err)
 	}
+	// Only the CPUs this agent may run on: a resource manager's cpuset
+	// (Slurm's cgroup or task affinity), or a taskset around gorun.
+	n = n.Restrict(allowedCPUs())
 	topo = topoSummary(n)
 	user := map[string]bool{}
 	var cvd *string
@@ -194,15 +200,20 @@ func visibleGPUs(n *topology.Node, v string) ([]int, error) {
 	return out, nil
 }
 
-// grantedGPUs shares the GPUs a resource manager granted this host
-// (SLURM_STEP_GPUS or SLURM_JOB_GPUS, with CUDA_VISIBLE_DEVICES naming
-// them) among its ranks when gorun cannot see the GPUs to bind them (no
-// driver in this node's view, or GPUs that only exist for Slurm): local
-// rank i gets the i-th entry of CUDA_VISIBLE_DEVICES, round robin. Nothing
-// is done when the user set CUDA_VISIBLE_DEVICES with -x.
-func grantedGPUs(l control.Launch, base []string) []topology.RankBinding {
-	var cvd string
-	granted := false
+// unboundHints are the environment hints of ranks gorun does not bind,
+// from what a resource manager granted this host:
+//   - the GPUs (SLURM_STEP_GPUS or SLURM_JOB_GPUS, with
+//     CUDA_VISIBLE_DEVICES naming them), when gorun cannot see them to
+//     bind (no driver in this node's view, or GPUs that exist only for
+//     Slurm): local rank i gets the i-th entry of CUDA_VISIBLE_DEVICES,
+//     round robin;
+//   - the CPUs (SLURM_CPUS_ON_NODE): OMP_NUM_THREADS is the node's CPUs
+//     divided among its ranks, as it is for bound ranks.
+//
+// What the user set (in gorun's environment or with -x) is left alone.
+func unboundHints(l control.Launch, base []string) []topology.RankBinding {
+	var cvd, cpus string
+	granted, userOMP, userCVD := false, false, false
 	for _, kv := range base {
 		name, v, _ := strings.Cut(kv, "=")
 		switch name {
@@ -210,21 +221,49 @@ func grantedGPUs(l control.Launch, base []string) []topology.RankBinding {
 			cvd = v
 		case "SLURM_STEP_GPUS", "SLURM_JOB_GPUS":
 			granted = granted || v != ""
+		case "SLURM_CPUS_ON_NODE":
+			cpus = v
+		case "OMP_NUM_THREADS":
+			userOMP = true
 		}
 	}
 	for _, kv := range l.Exports {
-		if strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") {
-			return nil
-		}
+		userCVD = userCVD || strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=")
+		userOMP = userOMP || strings.HasPrefix(kv, "OMP_NUM_THREADS=")
 	}
 	gpus := strings.Split(cvd, ",")
-	if !granted || cvd == "" || len(gpus) < 2 {
+	shareGPUs := granted && !userCVD && cvd != "" && len(gpus) > 1
+	threads := 0
+	if n, err := strconv.Atoi(cpus); err == nil && n > 0 && !userOMP && len(l.Ranks) > 0 {
+		threads = max(1, n/len(l.Ranks))
+	}
+	if !shareGPUs && threads == 0 {
 		return nil
 	}
 	plan := make([]topology.RankBinding, len(l.Ranks))
 	for i := range plan {
-		plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone,
-			Env: []string{"CUDA_VISIBLE_DEVICES=" + gpus[i%len(gpus)]}}
+		plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone}
+		if shareGPUs {
+			plan[i].Env = append(plan[i].Env, "CUDA_VISIBLE_DEVICES="+gpus[i%len(gpus)])
+		}
+		if threads > 0 {
+			plan[i].Env = append(plan[i].Env, "OMP_NUM_THREADS="+strconv.Itoa(threads))
+		}
 	}
 	return plan
+}
+
+// allowedCPUs is the set of CPUs this process may run on.
+func allowedCPUs() topology.CPUSet {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return topology.CPUSet{}
+	}
+	var cpus []int
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	return topology.NewCPUSet(cpus...)
 }

@@ -38,10 +38,10 @@ func TestVisibleGPUs(t *testing.T) {
 // GPUs Slurm granted but gorun cannot see are shared one per rank, in the
 // order CUDA_VISIBLE_DEVICES names them; without Slurm's grant, or with
 // the user's own -x CUDA_VISIBLE_DEVICES, nothing changes.
-func TestGrantedGPUs(t *testing.T) {
+func TestUnboundHints(t *testing.T) {
 	l := control.Launch{Ranks: make([]control.RankSpec, 3)}
 	slurm := []string{"SLURM_JOB_GPUS=2,3", "CUDA_VISIBLE_DEVICES=2,3"}
-	plan := grantedGPUs(l, slurm)
+	plan := unboundHints(l, slurm)
 	var got []string
 	for _, b := range plan {
 		got = append(got, strings.Join(b.Env, " "))
@@ -49,11 +49,20 @@ func TestGrantedGPUs(t *testing.T) {
 	if strings.Join(got, "|") != "CUDA_VISIBLE_DEVICES=2|CUDA_VISIBLE_DEVICES=3|CUDA_VISIBLE_DEVICES=2" {
 		t.Errorf("granted 2,3 to 3 ranks: %q", got)
 	}
-	if p := grantedGPUs(l, []string{"CUDA_VISIBLE_DEVICES=0,1"}); p != nil {
+	if p := unboundHints(l, []string{"CUDA_VISIBLE_DEVICES=0,1"}); p != nil {
 		t.Errorf("without Slurm's grant: %v", p)
 	}
 	l.Exports = []string{"CUDA_VISIBLE_DEVICES=1"}
-	if p := grantedGPUs(l, slurm); p != nil {
+	if p := unboundHints(l, slurm); p != nil {
 		t.Errorf("with -x CUDA_VISIBLE_DEVICES: %v", p)
+	}
+	// SLURM_CPUS_ON_NODE is divided among the node's ranks.
+	l.Exports = nil
+	p := unboundHints(l, []string{"SLURM_CPUS_ON_NODE=8"})
+	if len(p) != 3 || strings.Join(p[2].Env, " ") != "OMP_NUM_THREADS=2" {
+		t.Errorf("8 CPUs for 3 ranks: %v", p)
+	}
+	if p := unboundHints(l, []string{"SLURM_CPUS_ON_NODE=8", "OMP_NUM_THREADS=4"}); p != nil {
+		t.Errorf("with the user's OMP_NUM_THREADS: %v", p)
 	}
 }

@@ -431,3 +431,41 @@ func TestFormatBindingsGolden(t *testing.T) {
 		t.Errorf("FormatBindings = %q, want %q", got, want)
 	}
 }
+
+// A node restricted to the CPUs a job may use (a Slurm cpuset) plans
+// bindings inside them only, NUMA nodes and core counts shrinking with it.
+func TestRestrict(t *testing.T) {
+	t.Parallel()
+	n := load(t, "cpu-2s")
+	full := NewCPUSet()
+	for _, c := range n.CPUs {
+		full = full.Union(NewCPUSet(c.ID))
+	}
+	// Half of NUMA node 1's CPUs: a job's share of the second socket.
+	var half []int
+	for i, c := range n.NUMANodes[1].CPUs.CPUs() {
+		if i%2 == 0 {
+			half = append(half, c)
+		}
+	}
+	allowed := NewCPUSet(half...)
+	r := n.Restrict(allowed)
+	if len(r.CPUs) != allowed.Len() || !r.NUMANodes[0].CPUs.IsEmpty() || !r.NUMANodes[1].CPUs.Equal(allowed) {
+		t.Fatalf("restricted to %v: %d CPUs, NUMA 0 %v, NUMA 1 %v", allowed, len(r.CPUs), r.NUMANodes[0].CPUs, r.NUMANodes[1].CPUs)
+	}
+	if len(n.CPUs) != full.Len() {
+		t.Error("Restrict changed the node it was given")
+	}
+	plan, err := PlanBindings(r, BindOptions{LocalRanks: 2, BindTo: BindCore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range plan {
+		if b.CPUs.IsEmpty() || !b.CPUs.Intersect(allowed).Equal(b.CPUs) {
+			t.Errorf("rank %d bound to %v, outside %v", b.LocalRank, b.CPUs, allowed)
+		}
+	}
+	if n.Restrict(NewCPUSet()) != n || n.Restrict(full) != n || n.Restrict(NewCPUSet(4000)) != n {
+		t.Error("an empty, full or foreign set did not return the node itself")
+	}
+}

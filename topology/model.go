@@ -150,3 +150,45 @@ func (n *Node) NUMAOfCPUs(set CPUSet) []int {
 	}
 	return out
 }
+
+// Restrict returns a copy of n that keeps only the CPUs in allowed (the
+// CPUs a process may run on: a resource manager's cpuset, taskset): the
+// CPU list, each package's and NUMA node's CPUs, the siblings and the
+// package core counts shrink to them. An empty allowed set, or one that
+// leaves no CPU, returns n itself.
+func (n *Node) Restrict(allowed CPUSet) *Node {
+	if allowed.IsEmpty() {
+		return n
+	}
+	r := *n
+	r.CPUs = nil
+	cores := map[[2]int]bool{}
+	for _, c := range n.CPUs {
+		if !allowed.Contains(c.ID) {
+			continue
+		}
+		c.Siblings = c.Siblings.Intersect(allowed)
+		r.CPUs = append(r.CPUs, c)
+		cores[[2]int{c.Package, c.Core}] = true
+	}
+	if len(r.CPUs) == 0 || len(r.CPUs) == len(n.CPUs) {
+		return n
+	}
+	r.Packages = make([]Package, len(n.Packages))
+	for i, p := range n.Packages {
+		p.CPUs = p.CPUs.Intersect(allowed)
+		p.Cores = 0
+		for k := range cores {
+			if k[0] == p.ID {
+				p.Cores++
+			}
+		}
+		r.Packages[i] = p
+	}
+	r.NUMANodes = make([]NUMANode, len(n.NUMANodes))
+	for i, m := range n.NUMANodes {
+		m.CPUs = m.CPUs.Intersect(allowed)
+		r.NUMANodes[i] = m
+	}
+	return &r
+}
