@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,4 +204,53 @@ echo "ssh-exit $?"
 			t.Errorf("output lacks %q:\n%s", w, j.Output)
 		}
 	}
+}
+
+// A node that dies (its agent killed with SIGKILL, as when the node goes
+// down) ends the job with gorun's own failure code, naming the node, and
+// leaves no rank running anywhere.
+func TestSlurmNodeLost(t *testing.T) {
+	c := sharedSlurm(t)
+	mark := newMark(t)
+	p := script(t, c, "lost.sbatch", fmt.Sprintf(`#SBATCH -N 2 --ntasks-per-node=2
+gorun -x GORUN_TEST_MARK=%s sh -c 'while :; do sleep 0.05; done'
+echo "gorun-exit $?"
+`, mark))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	j, err := c.Sbatch(ctx, p, exportArgs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(t, mark, 4, 30*time.Second)
+	killed := 0
+	for _, pid := range allPIDs() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasPrefix(string(b), gorunBin+"\x00agent\x00--connect") {
+			syscall.Kill(pid, syscall.SIGKILL)
+			killed++
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("found %d srun-started agents, want 1 (node02's)", killed)
+	}
+	if err := c.WaitJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(j.Output, "lost the agent on node02") || !strings.Contains(j.Output, "gorun-exit 125") {
+		t.Errorf("job %d:\n%s", j.ID, j.Output)
+	}
+	assertNoSurvivors(t, mark, 3*time.Second)
+}
+
+// allPIDs lists every process.
+func allPIDs() []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
