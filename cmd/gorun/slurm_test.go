@@ -105,7 +105,13 @@ func TestSlurmExamples(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := script(t, c, tt.file, strings.Replace(string(src), "#!/bin/bash\n", "", 1))
-			j := runSlurmJob(t, c, p, exportArgs("MPI_CHECK="+mpi))
+			// sbatch --wait, as a user's script would (it polls every 2 s).
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			j, err := c.SbatchWait(ctx, p, exportArgs("MPI_CHECK="+mpi))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if j.ExitCode != 0 || j.State != "COMPLETED" {
 				t.Fatalf("job %d: exit %d, state %s\n%s", j.ID, j.ExitCode, j.State, j.Output)
 			}
