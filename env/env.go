@@ -35,8 +35,10 @@ type Rank struct {
 	PMIFD int
 	// PMIx is the environment a PMIx server made for the rank (PMIX_*
 	// names from PMIx_server_setup_fork); when set, the rank also gets
-	// OMPI_MCA_schizo=^orte, without which Open MPI 4.1 ignores any
-	// launcher it does not know and runs each rank as a singleton.
+	// OMPI_MCA_schizo=ompi and OMPI_MCA_ess=pmi: without them Open MPI 4.1
+	// ignores a launcher it does not know and runs each rank as a
+	// singleton, and inside a Slurm allocation its Slurm component takes
+	// gorun's ranks for srun's.
 	PMIx []string
 	// Secret is the per-job secret that GORUN_AGENT_SOCKET asks for
 	// (GORUN_JOB_SECRET); "" = none.
@@ -150,7 +152,7 @@ func Vars(r Rank) []string {
 	}
 	if len(r.PMIx) > 0 {
 		v = append(v, r.PMIx...)
-		v = append(v, "OMPI_MCA_schizo=^orte")
+		v = append(v, "OMPI_MCA_schizo=ompi", "OMPI_MCA_ess=pmi")
 	}
 	if r.Dir != "" {
 		v = append(v, "PWD="+r.Dir)

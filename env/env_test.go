@@ -126,11 +126,11 @@ func TestPMIxEnv(t *testing.T) {
 		}
 	}
 	for _, kv := range Vars(Rank{PMIx: []string{"PMIX_RANK=0"}}) {
-		if kv == "OMPI_MCA_schizo=^orte" {
+		if kv == "OMPI_MCA_schizo=ompi" {
 			return
 		}
 	}
-	t.Error("OMPI_MCA_schizo=^orte missing with PMIx")
+	t.Error("OMPI_MCA_schizo=ompi missing with PMIx")
 }
 
 // Inside Slurm a rank's Slurm task variables are its own, not the batch

@@ -260,3 +260,29 @@ func allPIDs() []int {
 	}
 	return out
 }
+
+// Open MPI and mpi4py inside sbatch, through the PMIx plugin: Open MPI's
+// own Slurm detection must not take gorun's ranks for srun's (it ran them
+// as singletons until gorun set OMPI_MCA_schizo=ompi).
+func TestSlurmOpenMPI(t *testing.T) {
+	c := sharedSlurm(t)
+	pmixPlugin(t, binDir) // next to gorunBin
+	bin := buildMPI(t, binDir, "mpicc.openmpi", "check.c")
+	py, err := filepath.Abs("testdata/mpi4py_allreduce.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := script(t, c, "ompi.sbatch", fmt.Sprintf(`#SBATCH -N 2 --ntasks-per-node=2
+gorun --rendezvous-timeout 30s %s
+echo "ompi-exit $?"
+gorun --rendezvous-timeout 30s /usr/bin/python3 %s
+echo "mpi4py-exit $?"
+`, bin, py))
+	j := runSlurmJob(t, c, p)
+	for _, w := range []string{"PASS", "rank 0 of 4 node 2", "rank 3 of 4 node 2", "ompi-exit 0",
+		"rank 0 of 4 sum 10", "rank 3 of 4 sum 10", "mpi4py-exit 0"} {
+		if !strings.Contains(j.Output, w) {
+			t.Errorf("output lacks %q:\n%s", w, j.Output)
+		}
+	}
+}
