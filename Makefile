@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test check fuzz bench bench-mpi clean
+.PHONY: build run test check fuzz bench bench-mpi bench-coll clean
 
 # gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
 # programs, links libpmix (libpmix-dev) and sits next to it.
@@ -40,6 +40,11 @@ bench:
 # An MPI hello job under gorun, mpiexec.hydra and Open MPI's mpirun (root for its ssh part).
 bench-mpi:
 	./bench/mpi.sh
+
+# Allreduce busbw of Open MPI, MPICH and gloo (and gorun: GORUN_BENCH_CMD), 1 host and
+# netns hosts, with memcpy/TCP limits (root for the fake hosts).
+bench-coll:
+	./bench/coll.sh
 
 clean:
 	rm -rf gorun gorun-pmix bench/.bin bench/results
