@@ -32,6 +32,7 @@ fuzz:
 	@for f in $$($(GO) test -list 'Fuzz.*' ./hostfile/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./hostfile/ || exit 1; done
 	$(GO) test -run=NONE -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./launcher/control/
 	$(GO) test -run=NONE -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./config/
+	@for f in $$($(GO) test -list 'Fuzz.*' ./collectives/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./collectives/ || exit 1; done
 	@for f in $$($(GO) test -list 'Fuzz.*' ./rendezvous/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./rendezvous/ || exit 1; done
 
 bench:

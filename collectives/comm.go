@@ -1,0 +1,527 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+)
+
+// Defaults of [Options].
+const (
+	DefaultTimeout      = 5 * time.Minute
+	DefaultChunkBytes   = 128 << 10
+	DefaultSegmentBytes = 64 << 10
+	DefaultWindow       = 4
+)
+
+// Options tune a Communicator. The zero value (or a nil *Options) gives
+// the defaults.
+type Options struct {
+	// Timeout bounds each operation, from the moment it starts running to
+	// its end; an operation that has not completed by then fails with
+	// ErrTimeout on this rank and tells the others. 0 means
+	// DefaultTimeout.
+	Timeout time.Duration
+	// Thresholds is the algorithm table. nil means DefaultThresholds with
+	// the entries of the environment variable GORUN_COLL_THRESHOLDS
+	// applied (read once, by New). Every rank must use the same table; a
+	// rank whose table differs is detected as a mismatch.
+	Thresholds *Thresholds
+	// Model is the cost model whose estimates [Communicator.Choose]
+	// reports (with the communicator's ChunkBytes and SegmentBytes). nil
+	// means DefaultCostModel.
+	Model *CostModel
+	// ChunkBytes is the unit the ring algorithms pipeline; SegmentBytes
+	// the unit of the pipelined trees. 0 means DefaultChunkBytes and
+	// DefaultSegmentBytes.
+	ChunkBytes, SegmentBytes int
+	// Window is how many chunk or segment receives each pipeline keeps
+	// posted ahead, and how many exchanges the linear all-to-all keeps in
+	// flight. 0 means DefaultWindow.
+	Window int
+	// Strict makes every rank get the error of a failed collective from
+	// that same call. Each collective then starts with a dissemination
+	// barrier whose messages carry the call (collective, type, operator,
+	// count, root), so that a mismatched call is detected before any data
+	// moves, and ends with another, so that no rank returns before every
+	// rank has done its part. It costs 2*ceil(log2 size) message latencies
+	// per collective.
+	//
+	// Without it, a rank that still needed something from the failed rank
+	// gets the error from the call, and a rank whose part was done returns
+	// normally and gets the error from its next call, the communicator
+	// being broken: a Broadcast root whose sends were buffered, or, when a
+	// rank dies halfway through an AllReduce, a rank that had already
+	// received all it needed. Mismatched types, operators, counts and
+	// collectives are always detected; a mismatched root only where a
+	// message crosses it (two ranks that both believe they are the root of
+	// a small Broadcast only send), or always with Strict.
+	Strict bool
+}
+
+// family is what the communicators split from one New share: the next
+// communicator id this process may use.
+type family struct {
+	mu   sync.Mutex // held for the whole of a Split
+	next uint32
+}
+
+const maxCommID = 1<<24 - 1
+
+// Communicator runs collectives among a fixed set of ranks, each rank
+// calling the same operations in the same order with matching arguments.
+//
+// Operations run one at a time, in the order they were called, blocking
+// and asynchronous ones alike; Send and Recv run beside them. All methods
+// and functions on a Communicator are safe for concurrent use, but
+// concurrent collective calls are ordered by whichever goroutine calls
+// first, which must be the same order on every rank.
+//
+// After an operation fails (on any rank), the Communicator is broken:
+// that operation and every later one fail, at once if they have not
+// started, with an error that wraps the first failure. Operations before
+// it complete normally where they can.
+type Communicator struct {
+	p2p   P2P
+	rank  int
+	size  int
+	world []int // comm rank -> endpoint rank
+	hosts []int // comm rank -> host
+	topo  topology
+	id    uint32
+	fam   *family
+
+	timeout time.Duration
+	chunk   int
+	segment int
+	window  int
+	strict  bool
+	thr     *Thresholds
+	model   CostModel
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup // watchers and control sends
+
+	mu        sync.Mutex
+	seq       uint32
+	tail      chan struct{} // closed when the last queued operation ends
+	completed uint32
+	broken    error  // the first failure
+	brokenSeq uint32 // operations from this one on fail with broken
+	closed    bool
+	left      map[int]uint32 // peer -> operations it completed before Close
+	watched   map[int]bool
+	cur       *task
+}
+
+// New returns the Communicator of rank among size ranks, communicating
+// through p. Making it sends no message. Call New once per endpoint; more
+// communicators come from [Communicator.Split].
+//
+// New is the seam with gorun's environment: the rank's Init will build p
+// from the rendezvous store and package transport, and call New.
+func New(p P2P, rank, size int, opts *Options) (*Communicator, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: nil P2P", ErrInvalid)
+	}
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrInvalid, rank, size)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	thr := o.Thresholds
+	if thr == nil {
+		thr = DefaultThresholds()
+		if spec := os.Getenv(EnvThresholds); spec != "" {
+			if err := thr.Set(spec); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		thr = thr.Clone()
+	}
+	model := DefaultCostModel()
+	if o.Model != nil {
+		model = *o.Model
+	}
+	world := make([]int, size)
+	hosts := make([]int, size)
+	for i := range world {
+		world[i] = i
+		hosts[i] = p.Host(i)
+	}
+	c := newComm(p, rank, world, hosts, 0, &family{next: 1}, thr, model, o)
+	return c, nil
+}
+
+func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, thr *Thresholds, model CostModel, o Options) *Communicator {
+	c := &Communicator{
+		p2p: p, rank: rank, size: len(world), world: world, hosts: hosts, id: id, fam: fam,
+		timeout: o.Timeout, chunk: o.ChunkBytes, segment: o.SegmentBytes, window: o.Window, strict: o.Strict,
+		thr: thr, model: model,
+		tail: make(chan struct{}), left: map[int]uint32{}, watched: map[int]bool{},
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultTimeout
+	}
+	c.chunk = orDefault(c.chunk, DefaultChunkBytes)
+	c.segment = orDefault(c.segment, DefaultSegmentBytes)
+	c.window = orDefault(c.window, DefaultWindow)
+	model.ChunkBytes, model.SegmentBytes = c.chunk, c.segment
+	c.model = model
+	c.topo = newTopology(hosts, rank)
+	close(c.tail)
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	return c
+}
+
+func (c *Communicator) options() Options {
+	return Options{Timeout: c.timeout, ChunkBytes: c.chunk, SegmentBytes: c.segment, Window: c.window, Strict: c.strict}
+}
+
+// Rank returns this rank's number in the communicator.
+func (c *Communicator) Rank() int { return c.rank }
+
+// Size returns the number of ranks in the communicator.
+func (c *Communicator) Size() int { return c.size }
+
+// Hosts returns the number of hosts the communicator spans.
+func (c *Communicator) Hosts() int { return len(c.topo.hostRanks) }
+
+// Thresholds returns a copy of the algorithm table the communicator uses.
+func (c *Communicator) Thresholds() *Thresholds { return c.thr.Clone() }
+
+// Close ends the communicator: an operation in flight fails with
+// ErrClosed, as do later ones, and the other ranks learn that this rank
+// left after the operations it completed, so that their operations that
+// need it fail with ErrPeerGone instead of waiting. Close releases the
+// goroutines the communicator started; it does not close the P2P (its
+// owner does, after Close). Closing a closed Communicator does nothing.
+func (c *Communicator) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	tail := c.tail
+	c.mu.Unlock()
+	c.cancel(ErrClosed)
+	<-tail
+	c.mu.Lock()
+	done := c.completed
+	c.mu.Unlock()
+	c.tellAll(ctrlMsg{typ: ctrlLeave, subject: int32(c.rank), seq: done})
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Communicator) tag(class uint8, low uint32) uint64 {
+	return uint64(c.id)<<40 | uint64(class)<<32 | uint64(low)
+}
+
+// tellAll sends a control message to every other rank, without waiting
+// for a receiver (control messages are eager). P2P.Isend does not block, so
+// tellAll may be called with c.mu held.
+func (c *Communicator) tellAll(m ctrlMsg) {
+	b := m.encode()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	reqs := make([]Transfer, 0, c.size)
+	for r := range c.size {
+		if r != c.rank {
+			reqs = append(reqs, c.p2p.Isend(ctx, c.world[r], c.tag(classCtrl, 0), b))
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer cancel()
+		for _, r := range reqs {
+			r.Wait()
+		}
+	}()
+}
+
+// watch makes sure this rank listens for control messages from peer.
+func (c *Communicator) watch(peer int) {
+	c.mu.Lock()
+	if c.watched[peer] || c.ctx.Err() != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.watched[peer] = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		buf := make([]byte, EagerBytes)
+		for {
+			n, err := c.p2p.Irecv(c.ctx, c.world[peer], c.tag(classCtrl, 0), buf).Wait()
+			if c.ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				// A lost peer is not an error by itself: it may have done
+				// its part and exited. The operations that need it fail
+				// on their own messages, and tell the others.
+				return
+			}
+			m, ok := decodeCtrl(buf[:n])
+			if !ok {
+				continue
+			}
+			switch m.typ {
+			case ctrlAbort:
+				c.fail(m.seq, &PeerError{Op: c.curName(), Rank: int(m.subject), ReportedBy: peer, Err: sentinelOf(m.code), Detail: m.detail})
+			case ctrlLeave:
+				c.peerLeft(peer, m.seq)
+			}
+		}
+	}()
+}
+
+func (c *Communicator) curName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cur != nil {
+		return c.cur.name
+	}
+	return "communicator"
+}
+
+func leftError(name string, peer int, done uint32) *PeerError {
+	return &PeerError{Op: name, Rank: peer, ReportedBy: -1, Err: ErrPeerGone,
+		Detail: fmt.Sprintf("it closed its communicator after %d operations", done)}
+}
+
+func (c *Communicator) peerLeft(peer int, done uint32) {
+	c.mu.Lock()
+	c.left[peer] = done
+	o := c.cur
+	c.mu.Unlock()
+	if o != nil && o.seq > done {
+		o.cancel(leftError(o.name, peer, done))
+	}
+}
+
+// fail breaks the communicator with err from operation seq on, cancels
+// the operation in flight if that dooms it, and tells the other ranks. If
+// the communicator was broken already, from seq or earlier, there is
+// nothing new to tell. It returns err.
+func (c *Communicator) fail(seq uint32, err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil && seq >= c.brokenSeq {
+		c.cancelCur()
+		return err
+	}
+	if c.broken == nil {
+		c.broken = err
+	}
+	c.brokenSeq = seq
+	if !c.closed { // else Close tells the others
+		// Posted before anyone can see the communicator broken, so that
+		// the abort reaches every peer before this rank's departure does.
+		m := ctrlMsg{typ: ctrlAbort, code: codeAborted, subject: int32(c.rank), seq: seq, detail: err.Error()}
+		var pe *PeerError
+		if errors.As(err, &pe) {
+			m.code, m.subject, m.detail = codeOf(pe.Err), int32(pe.Rank), pe.Detail
+			if pe.ReportedBy >= 0 {
+				m.detail = fmt.Sprintf("%s (reported by rank %d)", pe.Detail, pe.ReportedBy)
+			}
+		} else if errors.Is(err, ErrInvalid) {
+			m.detail = fmt.Sprintf("its call failed: %v", err)
+		}
+		c.tellAll(m)
+	}
+	c.cancelCur()
+	return err
+}
+
+// cancelCur cancels the operation in flight if the break dooms it. c.mu is
+// held.
+func (c *Communicator) cancelCur() {
+	if o := c.cur; o != nil && o.seq >= c.brokenSeq {
+		o.cancel(c.broken)
+	}
+}
+
+func (c *Communicator) brokenErr(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("collectives: %s: %w", name, ErrClosed)
+	}
+	if c.broken != nil {
+		return fmt.Errorf("collectives: %s: communicator broken by an earlier failure: %w", name, c.broken)
+	}
+	return nil
+}
+
+// Request is an operation started by one of the ...Async functions.
+type Request struct {
+	done chan struct{}
+	err  error
+}
+
+func newRequest() *Request { return &Request{done: make(chan struct{})} }
+
+func (r *Request) finish(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// Wait blocks until the operation completes and returns its error. The
+// buffers given to the operation may be used again once Wait returns.
+func (r *Request) Wait() error {
+	<-r.done
+	return r.err
+}
+
+// Done returns a channel that is closed when the operation completes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// Test reports whether the operation completed and, if so, its error.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// WaitAll waits for every request and returns the errors of those that
+// failed, joined.
+func WaitAll(reqs ...*Request) error {
+	var errs []error
+	for _, r := range reqs {
+		if err := r.Wait(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// enqueue takes the next place in the order of operations. The returned
+// function runs fn there (after the operations before it) and returns its
+// error.
+func (c *Communicator) enqueue(ctx context.Context, name string, cl call) func() error {
+	c.mu.Lock()
+	c.seq++
+	seq := c.seq
+	prev := c.tail
+	done := make(chan struct{})
+	c.tail = done
+	c.mu.Unlock()
+	return func() error {
+		defer close(done)
+		<-prev
+		return c.execute(ctx, name, seq, cl)
+	}
+}
+
+func (c *Communicator) run(ctx context.Context, name string, cl call) error {
+	return c.enqueue(ctx, name, cl)()
+}
+
+func (c *Communicator) runAsync(ctx context.Context, name string, cl call) *Request {
+	f := c.enqueue(ctx, name, cl)
+	r := newRequest()
+	go func() { r.finish(f()) }()
+	return r
+}
+
+var errOpTimeout = errors.New("operation timed out")
+
+// The phases of the barriers of Options.Strict.
+const (
+	strictBefore = 254
+	strictAfter  = 255
+)
+
+// call is an operation: its header, the checks of its arguments that need
+// no communication, and what it does.
+type call struct {
+	hdr   header
+	check func() error
+	run   func(o *task) error
+}
+
+func (o *task) call(cl call) error {
+	if cl.check != nil {
+		if err := cl.check(); err != nil {
+			return err
+		}
+	}
+	strict := o.c.strict && o.c.size > 1
+	if strict {
+		o.setAlgo(AlgoDissemination, strictBefore)
+		if err := o.barrierDissemination(o.c.whole()); err != nil {
+			return err
+		}
+	}
+	if err := cl.run(o); err != nil {
+		return err
+	}
+	if strict {
+		o.setAlgo(AlgoDissemination, strictAfter)
+		return o.barrierDissemination(o.c.whole())
+	}
+	return nil
+}
+
+func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl call) error {
+	octx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
+	defer stop()
+	tctx, tcancel := context.WithTimeoutCause(octx, c.timeout, errOpTimeout)
+	defer tcancel()
+	hdr := cl.hdr
+	hdr.class = classData
+	hdr.seq = seq
+	o := &task{c: c, ctx: tctx, cancel: cancel, name: name, seq: seq, tag: c.tag(classData, seq), hdr: hdr}
+
+	c.mu.Lock()
+	var err error
+	switch {
+	case c.closed:
+		err = fmt.Errorf("collectives: %s: %w", name, ErrClosed)
+	case c.broken != nil && seq >= c.brokenSeq:
+		err = fmt.Errorf("collectives: %s: communicator broken by an earlier failure: %w", name, c.broken)
+	}
+	for peer, done := range c.left {
+		if err == nil && done < seq {
+			err = leftError(name, peer, done)
+		}
+	}
+	if err == nil {
+		c.cur = o
+	}
+	c.mu.Unlock()
+	if err == nil {
+		if err = ctx.Err(); err == nil {
+			err = o.call(cl)
+		} else {
+			err = fmt.Errorf("collectives: %s: %w", name, context.Cause(ctx))
+		}
+		o.finish()
+		c.mu.Lock()
+		c.cur = nil
+		if err == nil {
+			c.completed = seq
+		}
+		c.mu.Unlock()
+	}
+	if err != nil {
+		return c.fail(seq, err)
+	}
+	return nil
+}

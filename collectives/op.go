@@ -1,0 +1,197 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// task is one running operation: its context, its header template and the
+// messages it has in flight.
+type task struct {
+	c        *Communicator
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	name     string
+	seq      uint32
+	tag      uint64
+	hdr      header   // kind, dtype, op, root, count, seq; algo and phase as they run
+	step     []uint32 // per peer and direction: messages so far in this phase
+	inflight []*msg
+}
+
+// msg is one message in flight.
+type msg struct {
+	req  Transfer
+	peer int // comm rank
+	recv bool
+	hbuf []byte
+	want header
+	data []byte
+	done bool
+}
+
+// group is a set of ranks an algorithm runs among, in the order it
+// numbers them, and this rank's index in it.
+type group struct {
+	ranks []int // comm ranks
+	me    int
+}
+
+func (g group) n() int { return len(g.ranks) }
+
+func (c *Communicator) whole() group {
+	r := make([]int, c.size)
+	for i := range r {
+		r[i] = i
+	}
+	return group{ranks: r, me: c.rank}
+}
+
+// rotate returns g renumbered so that index root becomes 0.
+func (g group) rotate(root int) group {
+	n := g.n()
+	r := make([]int, n)
+	for i := range r {
+		r[i] = g.ranks[(i+root)%n]
+	}
+	return group{ranks: r, me: (g.me - root + n) % n}
+}
+
+// setAlgo sets the algorithm and phase the next messages carry, and
+// restarts the step counters.
+func (o *task) setAlgo(a Algorithm, phase uint8) {
+	o.hdr.algo, o.hdr.phase = a, phase
+	if o.step == nil {
+		o.step = make([]uint32, 2*o.c.size)
+	}
+	clear(o.step)
+}
+
+// nextStep numbers the messages exchanged with one peer in each direction,
+// so that both sides agree on which one is which.
+func (o *task) nextStep(peer int, recv bool) uint32 {
+	k := peer << 1
+	if recv {
+		k |= 1
+	}
+	s := o.step[k]
+	o.step[k] = s + 1
+	return s
+}
+
+func (o *task) send(g group, to int, data []byte) *msg {
+	peer := g.ranks[to]
+	h := o.hdr
+	h.step = o.nextStep(peer, false)
+	m := &msg{peer: peer, hbuf: make([]byte, hdrLen), data: data}
+	h.put(m.hbuf)
+	o.c.watch(peer)
+	m.req = o.c.p2p.Isend(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
+	o.track(m)
+	return m
+}
+
+func (o *task) recv(g group, from int, data []byte) *msg {
+	peer := g.ranks[from]
+	m := &msg{peer: peer, recv: true, hbuf: make([]byte, hdrLen), want: o.hdr, data: data}
+	m.want.step = o.nextStep(peer, true)
+	o.c.watch(peer)
+	m.req = o.c.p2p.Irecv(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
+	o.track(m)
+	return m
+}
+
+func (o *task) track(m *msg) {
+	if len(o.inflight) >= 64 {
+		k := 0
+		for _, x := range o.inflight {
+			if !x.done {
+				o.inflight[k] = x
+				k++
+			}
+		}
+		clear(o.inflight[k:])
+		o.inflight = o.inflight[:k]
+	}
+	o.inflight = append(o.inflight, m)
+}
+
+// wait waits for messages in order and returns the first error.
+func (o *task) wait(ms ...*msg) error {
+	for _, m := range ms {
+		if err := o.wait1(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (o *task) wait1(m *msg) error {
+	if m.done {
+		return nil
+	}
+	n, err := m.req.Wait()
+	m.done = true
+	if o.ctx.Err() != nil {
+		return o.ctxError(m.peer)
+	}
+	if m.recv && (err == nil || errors.Is(err, ErrTruncated)) {
+		if got, ok := parseHeader(m.hbuf); !ok {
+			err = fmt.Errorf("collectives: %s: rank %d sent a message without a valid header", o.name, m.peer)
+		} else if d := m.want.mismatch(got); d != "" {
+			return &PeerError{Op: o.name, Rank: m.peer, ReportedBy: -1, Err: ErrMismatch, Detail: d}
+		} else if n != hdrLen+len(m.data) {
+			return &PeerError{Op: o.name, Rank: m.peer, ReportedBy: -1, Err: ErrMismatch,
+				Detail: fmt.Sprintf("%s: a message of %d bytes arrived where %d were expected", m.want.call(), n-hdrLen, len(m.data))}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrPeerGone) {
+		return &PeerError{Op: o.name, Rank: m.peer, ReportedBy: -1, Err: ErrPeerGone, Detail: err.Error()}
+	}
+	return fmt.Errorf("collectives: %s: rank %d: %w", o.name, m.peer, err)
+}
+
+// ctxError says why the operation's context ended.
+func (o *task) ctxError(peer int) error {
+	cause := context.Cause(o.ctx)
+	if cause == errOpTimeout {
+		return &PeerError{Op: o.name, Rank: peer, ReportedBy: -1, Err: ErrTimeout,
+			Detail: fmt.Sprintf("no message exchanged with it within %v", o.c.timeout)}
+	}
+	var pe *PeerError
+	if errors.As(cause, &pe) {
+		return cause
+	}
+	o.c.mu.Lock()
+	b := o.c.broken
+	o.c.mu.Unlock()
+	if b != nil {
+		return b
+	}
+	return fmt.Errorf("collectives: %s: %w", o.name, cause)
+}
+
+// finish withdraws what is still in flight and waits for it, so that no
+// buffer is touched after the operation returns.
+func (o *task) finish() {
+	o.cancel(context.Canceled)
+	for _, m := range o.inflight {
+		if !m.done {
+			m.req.Wait()
+			m.done = true
+		}
+	}
+	o.inflight = nil
+}
+
+// sendrecv sends to one index and receives from another, and waits for
+// both.
+func (o *task) sendrecv(g group, to int, sdata []byte, from int, rdata []byte) error {
+	r := o.recv(g, from, rdata)
+	s := o.send(g, to, sdata)
+	return o.wait(r, s)
+}
