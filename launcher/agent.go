@@ -77,10 +77,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
-	pmi       *pmiState       // this generation's PMI-1 server
-	pmix      *pmixState      // this generation's PMIx server, when the program needs one
-	sockDir   string          // private directory (0700) of the ranks' rendezvous sockets
-	shmLeft   map[string]bool // /dev/shm files that killed ranks had mapped
+	pmi       *pmiState          // this generation's PMI-1 server
+	pmix      *pmixState         // this generation's PMIx server, when the program needs one
+	sockDir   string             // private directory (0700) of the ranks' rendezvous sockets
+	shmLeft   map[string]shmFile // /dev/shm files that killed ranks had mapped
 	fenceMu   sync.Mutex
 	fenceSeq  int
 	fenceWait map[int]chan control.FenceReply
@@ -710,10 +710,14 @@ func (a *agent) kill(grace time.Duration) {
 		// killed (Open MPI's vader, MPICH's and UCX's): note what the
 		// ranks have mapped, to remove it once they are gone.
 		for _, f := range shmMapped(pid) {
-			if a.shmLeft == nil {
-				a.shmLeft = map[string]bool{}
+			var st unix.Stat_t
+			if unix.Lstat(f, &st) != nil {
+				continue
 			}
-			a.shmLeft[f] = true
+			if a.shmLeft == nil {
+				a.shmLeft = map[string]shmFile{}
+			}
+			a.shmLeft[f] = shmFile{dev: uint64(st.Dev), ino: uint64(st.Ino)}
 		}
 	}
 	a.mu.Unlock()
@@ -786,13 +790,19 @@ func shmMapped(pid int) []string {
 	return out
 }
 
+// shmFile identifies a shared-memory file a killed rank had mapped.
+type shmFile struct{ dev, ino uint64 }
+
 // removeShm removes the shared-memory files that killed ranks had mapped,
-// when they are still there and this user's. a.mu must be held.
+// when they are still there, this user's, and the same files (a name
+// that a later job's process made anew, after a pid was reused, is not
+// touched). a.mu must be held.
 func (a *agent) removeShm() {
 	uid := uint32(os.Getuid())
-	for f := range a.shmLeft {
+	for f, id := range a.shmLeft {
 		var st unix.Stat_t
-		if unix.Lstat(f, &st) == nil && st.Uid == uid && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		if unix.Lstat(f, &st) == nil && st.Uid == uid && st.Mode&unix.S_IFMT == unix.S_IFREG &&
+			uint64(st.Dev) == id.dev && uint64(st.Ino) == id.ino {
 			os.Remove(f)
 		}
 	}
