@@ -1,0 +1,139 @@
+// Package request is the Request implementation shared by gorun's built-in
+// transports: a completion that happens once, that Test and Wait consume
+// once, and that a transport may drive by polling while Wait spins.
+package request
+
+import (
+	"context"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+const (
+	pending uint32 = iota
+	completing
+	done
+	consumed
+)
+
+// Poller lets Wait make progress itself for a while before it parks, and
+// lets Test make progress once. A nil Poller means the transport makes all
+// progress in its own goroutines.
+type Poller interface {
+	// Poll makes progress without blocking and reports whether it did
+	// any work.
+	Poll() bool
+	// Spin is how long Wait keeps polling after the last useful Poll
+	// before it parks.
+	Spin() time.Duration
+	// Parking is called when a Wait stops polling and is about to park,
+	// Polling when one starts: the transport keeps track so that it knows
+	// whether a peer must wake it.
+	Polling()
+	Parking()
+}
+
+// Request is a transport.Request. The zero value is not usable; call New.
+type Request struct {
+	state atomic.Uint32
+	ch    chan struct{}
+	n     int
+	err   error
+	p     Poller
+}
+
+var _ transport.Request = (*Request)(nil)
+
+// New returns a pending request that Wait drives with p (which may be nil).
+func New(p Poller) *Request {
+	return &Request{ch: make(chan struct{}), p: p}
+}
+
+// Done returns a request that is already complete with n and err.
+func Done(n int, err error) *Request {
+	r := &Request{n: n, err: err}
+	r.state.Store(done)
+	return r
+}
+
+// Complete completes the request with n and err and reports whether this
+// call did it (only the first call does).
+func (r *Request) Complete(n int, err error) bool {
+	if r.ch == nil || !r.state.CompareAndSwap(pending, completing) {
+		return false
+	}
+	r.n, r.err = n, err
+	r.state.Store(done)
+	close(r.ch)
+	return true
+}
+
+// Pending reports whether the request is not complete yet.
+func (r *Request) Pending() bool { return r.state.Load() < done }
+
+// take consumes a completed request.
+func (r *Request) take() (int, error) {
+	if r.state.CompareAndSwap(done, consumed) {
+		return r.n, r.err
+	}
+	return 0, transport.ErrRequestDone
+}
+
+// Test implements transport.Request.
+func (r *Request) Test() (bool, int, error) {
+	switch r.state.Load() {
+	case pending, completing:
+		if r.p == nil || !r.p.Poll() || r.Pending() {
+			return false, 0, nil
+		}
+	case consumed:
+		return true, 0, transport.ErrRequestDone
+	}
+	n, err := r.take()
+	return true, n, err
+}
+
+// Wait implements transport.Request.
+func (r *Request) Wait(ctx context.Context) (int, error) {
+	if s := r.state.Load(); s == consumed {
+		return 0, transport.ErrRequestDone
+	} else if s == pending && r.p != nil {
+		r.spin(ctx)
+	}
+	if r.Pending() {
+		select {
+		case <-r.ch:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return r.take()
+}
+
+// spin polls until the request is done, ctx ends, or Spin passes without
+// progress. Whatever it returns with, the transport's own goroutine is
+// watching again.
+func (r *Request) spin(ctx context.Context) {
+	limit := r.p.Spin()
+	if limit <= 0 {
+		return
+	}
+	r.p.Polling()
+	defer r.p.Parking()
+	last := time.Now()
+	for i := 0; r.Pending(); i++ {
+		if r.p.Poll() {
+			last = time.Now()
+			continue
+		}
+		if i&63 == 63 {
+			if ctx.Err() != nil || time.Since(last) > limit {
+				return
+			}
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,93 @@
+package request
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+func TestCompleteOnce(t *testing.T) {
+	r := New(nil)
+	if done, _, _ := r.Test(); done {
+		t.Fatal("a new request is done")
+	}
+	var wg sync.WaitGroup
+	wins := make(chan int, 10)
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if r.Complete(i, nil) {
+				wins <- i
+			}
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	if len(wins) != 1 {
+		t.Fatalf("%d Complete calls won", len(wins))
+	}
+	want := <-wins
+	if n, err := r.Wait(context.Background()); n != want || err != nil {
+		t.Fatalf("Wait = %d, %v; want %d", n, err, want)
+	}
+	if _, err := r.Wait(context.Background()); !errors.Is(err, transport.ErrRequestDone) {
+		t.Fatalf("second Wait = %v", err)
+	}
+	if done, _, err := r.Test(); !done || !errors.Is(err, transport.ErrRequestDone) {
+		t.Fatalf("Test after Wait = %v, %v", done, err)
+	}
+	d := Done(3, nil)
+	if done, n, err := d.Test(); !done || n != 3 || err != nil || d.Complete(4, nil) {
+		t.Fatalf("Done request: %v %d %v", done, n, err)
+	}
+}
+
+// poller completes a request after some polls.
+type poller struct {
+	r       *Request
+	polls   int
+	polling int
+	spin    time.Duration
+}
+
+func (p *poller) Poll() bool {
+	p.polls++
+	if p.polls == 5 {
+		p.r.Complete(7, nil)
+		return true
+	}
+	return false
+}
+func (p *poller) Spin() time.Duration { return p.spin }
+func (p *poller) Polling()            { p.polling++ }
+func (p *poller) Parking()            { p.polling-- }
+
+func TestSpin(t *testing.T) {
+	p := &poller{spin: time.Second}
+	p.r = New(p)
+	if n, err := p.r.Wait(context.Background()); n != 7 || err != nil || p.polls != 5 || p.polling != 0 {
+		t.Fatalf("Wait = %d, %v after %d polls, polling %d", n, err, p.polls, p.polling)
+	}
+	// Test polls once.
+	p = &poller{polls: 3}
+	p.r = New(p)
+	if done, _, _ := p.r.Test(); done {
+		t.Fatal("done after the 4th poll")
+	}
+	if done, n, _ := p.r.Test(); !done || n != 7 {
+		t.Fatal("not done after the 5th poll")
+	}
+	// A Wait that spins in vain parks, and ends with its context.
+	p = &poller{polls: -1 << 30, spin: time.Millisecond}
+	p.r = New(p)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.r.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) || p.polling != 0 {
+		t.Fatalf("Wait = %v, polling %d", err, p.polling)
+	}
+}

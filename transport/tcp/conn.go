@@ -1,0 +1,692 @@
+package tcp
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/internal/request"
+	"github.com/gorun/gorun/transport/internal/tagq"
+)
+
+// setup applies the socket options every stream uses.
+func setup(c *net.TCPConn, peerTimeout time.Duration) {
+	c.SetNoDelay(true)
+	c.SetKeepAliveConfig(net.KeepAliveConfig{
+		Enable:   true,
+		Idle:     peerTimeout / 2,
+		Interval: peerTimeout / 6,
+		Count:    3,
+	})
+	setUserTimeout(c, peerTimeout)
+}
+
+// lost turns a stream error into the connection's error.
+func lost(err error) error {
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: closed by peer", transport.ErrPeerLost)
+	}
+	if errors.Is(err, transport.ErrProtocol) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", transport.ErrPeerLost, err)
+}
+
+// memHandle is a registration: TCP needs none, so it only records the
+// memory, its connection, and how many requests use it.
+type memHandle struct {
+	owner    any
+	buf      []byte
+	uses     atomic.Int64
+	released atomic.Bool
+}
+
+// Bytes implements transport.MemHandle.
+func (m *memHandle) Bytes() []byte { return m.buf }
+
+func checkMR(owner any, mh transport.MemHandle, buf []byte) (*memHandle, error) {
+	if mh == nil {
+		return nil, nil
+	}
+	m, ok := mh.(*memHandle)
+	switch {
+	case !ok || m.owner != owner:
+		return nil, fmt.Errorf("tcp: %w: not registered on this connection", transport.ErrBadMemHandle)
+	case m.released.Load():
+		return nil, fmt.Errorf("tcp: %w: released", transport.ErrBadMemHandle)
+	case !transport.Contains(m.buf, buf):
+		return nil, fmt.Errorf("tcp: %w: buffer outside the registered memory", transport.ErrBadMemHandle)
+	}
+	return m, nil
+}
+
+func deregMR(owner any, mh transport.MemHandle) error {
+	m, ok := mh.(*memHandle)
+	if !ok || m.owner != owner {
+		return fmt.Errorf("tcp: deregmr: %w: not registered on this connection", transport.ErrBadMemHandle)
+	}
+	if n := m.uses.Load(); n > 0 {
+		return fmt.Errorf("tcp: deregmr: %w: %d requests in flight use it", transport.ErrBadMemHandle, n)
+	}
+	if !m.released.CompareAndSwap(false, true) {
+		return fmt.Errorf("tcp: deregmr: %w: already released", transport.ErrBadMemHandle)
+	}
+	return nil
+}
+
+func truncated(size, n int) error {
+	if size <= n {
+		return nil
+	}
+	return fmt.Errorf("tcp: %w: %d-byte message, %d-byte buffer", transport.ErrTruncated, size, n)
+}
+
+// sendConn is the send side of a connection.
+type sendConn struct {
+	t      *Transport
+	peer   string
+	conns  []*net.TCPConn
+	ws     []*writer
+	eager  int
+	maxReq int
+
+	mu     sync.Mutex
+	seq    uint64
+	credit int
+	sends  map[uint64]*sendReq // requests in flight by sequence number
+	err    error               // why the connection ended; nil while it works
+	closed bool                // Close was called
+
+	dieOnce    sync.Once
+	dead       chan struct{}
+	readerDone chan struct{}
+	closeOnce  sync.Once
+	finished   chan struct{}
+}
+
+type sendReq struct {
+	*request.Request
+	seq   uint64
+	buf   []byte
+	mh    *memHandle
+	rdv   bool         // sent as RTS, waiting for CTS
+	parts atomic.Int32 // writes still to finish
+}
+
+var _ transport.SendConn = (*sendConn)(nil)
+
+func newSendConn(t *Transport, conns []*net.TCPConn, peer string) *sendConn {
+	c := &sendConn{
+		t: t, peer: peer, conns: conns,
+		eager: t.opts.EagerLimit, maxReq: t.opts.MaxRequests,
+		credit:     eagerWindow,
+		sends:      make(map[uint64]*sendReq),
+		dead:       make(chan struct{}),
+		readerDone: make(chan struct{}),
+		finished:   make(chan struct{}),
+	}
+	for _, sc := range conns {
+		setup(sc, t.opts.PeerTimeout)
+		c.ws = append(c.ws, newWriter(sc, c.wrote, c.writeFailed))
+	}
+	return c
+}
+
+func (c *sendConn) start() {
+	for _, w := range c.ws {
+		go w.run()
+	}
+	go c.read()
+	go c.monitor()
+}
+
+// Peer implements transport.Conn.
+func (c *sendConn) Peer() string { return c.peer }
+
+func (c *sendConn) opErr(op string, err error) error {
+	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
+}
+
+// RegMr implements transport.Conn.
+func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
+	return &memHandle{owner: c, buf: buf}, nil
+}
+
+// DeregMr implements transport.Conn.
+func (c *sendConn) DeregMr(mh transport.MemHandle) error { return deregMR(c, mh) }
+
+// Isend implements transport.SendConn.
+func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
+	m, err := checkMR(c, mh, buf)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, c.opErr("isend", transport.ErrClosed)
+	}
+	if c.err != nil {
+		return nil, c.opErr("isend", c.err)
+	}
+	if len(c.sends) >= c.maxReq {
+		return nil, transport.ErrWouldBlock
+	}
+	c.seq++
+	r := &sendReq{Request: request.New(nil), seq: c.seq, buf: buf, mh: m}
+	c.sends[r.seq] = r
+	if m != nil {
+		m.uses.Add(1)
+	}
+	j := job{}
+	if cost := len(buf) + eagerOverhead; len(buf) <= c.eager && cost <= c.credit {
+		c.credit -= cost
+		r.parts.Store(1)
+		j.data, j.req = buf, r
+		frame{fEager, tag, r.seq, uint64(len(buf))}.put(&j.hdr)
+	} else {
+		r.rdv = true
+		frame{fRTS, tag, r.seq, uint64(len(buf))}.put(&j.hdr)
+	}
+	c.ws[0].push(j)
+	return r, nil
+}
+
+// wrote is called by a writer when one of r's writes is done.
+func (c *sendConn) wrote(r *sendReq) {
+	if r.parts.Add(-1) == 0 {
+		c.complete(r)
+	}
+}
+
+func (c *sendConn) complete(r *sendReq) {
+	c.mu.Lock()
+	_, ok := c.sends[r.seq]
+	delete(c.sends, r.seq)
+	c.mu.Unlock()
+	if ok {
+		if r.mh != nil {
+			r.mh.uses.Add(-1)
+		}
+		r.Complete(len(r.buf), nil)
+	}
+}
+
+func (c *sendConn) writeFailed(err error) { c.die(lost(err)) }
+
+// read handles what the receiver sends back: CTS and CREDIT.
+func (c *sendConn) read() {
+	defer close(c.readerDone)
+	br := bufio.NewReaderSize(c.conns[0], 4096)
+	var hb [frameSize]byte
+	for {
+		f, err := readFrame(br, &hb)
+		if err == nil {
+			switch f.typ {
+			case fCTS:
+				err = c.cts(f.a, f.b)
+			case fCredit:
+				c.mu.Lock()
+				c.credit += int(min(f.a, eagerWindow))
+				c.credit = min(c.credit, eagerWindow)
+				c.mu.Unlock()
+			default:
+				err = fmt.Errorf("%w: unexpected frame %q from the receiver", transport.ErrProtocol, f.typ)
+			}
+		}
+		if err != nil {
+			c.die(lost(err))
+			return
+		}
+	}
+}
+
+// cts starts sending the data of the message seq: limit bytes of it, cut
+// into parts over the streams.
+func (c *sendConn) cts(seq, limit uint64) error {
+	c.mu.Lock()
+	r := c.sends[seq]
+	if r == nil || !r.rdv || limit > uint64(len(r.buf)) {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: clear-to-send for unknown message %d", transport.ErrProtocol, seq)
+	}
+	r.rdv = false
+	n := int(limit)
+	parts := min(len(c.ws), max(1, n/minPart))
+	if n == 0 {
+		c.mu.Unlock()
+		c.complete(r)
+		return nil
+	}
+	r.parts.Store(int32(parts))
+	first := int(seq % uint64(len(c.ws)))
+	for i := range parts {
+		off, end := i*n/parts, (i+1)*n/parts
+		j := job{data: r.buf[off:end], req: r}
+		frame{fData, seq, uint64(off), uint64(end - off)}.put(&j.hdr)
+		c.ws[(first+i)%len(c.ws)].push(j)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *sendConn) die(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.dieOnce.Do(func() { close(c.dead) })
+}
+
+// monitor tears the connection down once it died: it closes the streams,
+// waits for every goroutine, then fails the requests still in flight.
+func (c *sendConn) monitor() {
+	<-c.dead
+	closeAll(c.conns)
+	for _, w := range c.ws {
+		w.halt(0)
+	}
+	<-c.readerDone
+	c.mu.Lock()
+	sends := c.sends
+	c.sends = map[uint64]*sendReq{}
+	err := c.opErr("isend", c.err)
+	c.mu.Unlock()
+	for _, r := range sends {
+		if r.mh != nil {
+			r.mh.uses.Add(-1)
+		}
+		r.Complete(0, err)
+	}
+	c.t.untrack(c)
+	close(c.finished)
+}
+
+// Close stops sending (requests not yet written fail with ErrClosed), ends
+// every stream with a FIN after the bytes already written, and waits a
+// little for the receiver to see them.
+func (c *sendConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		alive := c.err == nil
+		if alive {
+			c.err = transport.ErrClosed
+		}
+		c.closed = true
+		c.mu.Unlock()
+		if alive {
+			for _, w := range c.ws {
+				w.halt(linger)
+			}
+			for _, sc := range c.conns {
+				sc.CloseWrite()
+			}
+			c.conns[0].SetReadDeadline(time.Now().Add(linger))
+			<-c.readerDone
+		}
+		c.die(transport.ErrClosed)
+	})
+	<-c.finished
+	return nil
+}
+
+// recvConn is the receive side of a connection.
+type recvConn struct {
+	t      *Transport
+	peer   string
+	conns  []*net.TCPConn
+	w      *writer // stream 0's, for CTS and CREDIT
+	maxReq int
+
+	mu       sync.Mutex
+	posted   tagq.Queues[*recvReq]
+	unexp    tagq.Queues[*inbound]
+	held     int                   // bytes (with overhead) of unexpected eager messages
+	consumed int                   // eager bytes (with overhead) not yet credited back
+	active   map[uint64]*recvReq   // receives whose data is coming, by sequence number
+	pending  map[*recvReq]struct{} // every receive in flight
+	live     int                   // readers that did not see the end yet
+	err      error
+	closed   bool // Close was called
+	started  bool
+
+	dieOnce   sync.Once
+	dead      chan struct{}
+	readers   sync.WaitGroup
+	closeOnce sync.Once
+	finished  chan struct{}
+}
+
+type recvReq struct {
+	*request.Request
+	buf  []byte
+	mh   *memHandle
+	size int // the message's size, once known
+	want int // bytes of it that will land in buf
+	got  atomic.Int64
+}
+
+// inbound is a message that arrived before its receive was posted.
+type inbound struct {
+	rts  bool
+	seq  uint64
+	size int
+	data []byte // an eager message's bytes
+}
+
+var _ transport.RecvConn = (*recvConn)(nil)
+
+func newRecvConn(t *Transport, conns []*net.TCPConn) *recvConn {
+	c := &recvConn{
+		t: t, peer: conns[0].RemoteAddr().String(), conns: conns,
+		maxReq:   t.opts.MaxRequests,
+		active:   make(map[uint64]*recvReq),
+		pending:  make(map[*recvReq]struct{}),
+		dead:     make(chan struct{}),
+		finished: make(chan struct{}),
+	}
+	for _, sc := range conns {
+		setup(sc, t.opts.PeerTimeout)
+	}
+	c.w = newWriter(conns[0], nil, func(err error) { c.die(lost(err)) })
+	return c
+}
+
+func (c *recvConn) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	c.started = true
+	c.live = len(c.conns)
+	c.readers.Add(len(c.conns))
+	for i := range c.conns {
+		go c.read(i)
+	}
+	go c.w.run()
+	go c.monitor()
+}
+
+// Peer implements transport.Conn.
+func (c *recvConn) Peer() string { return c.peer }
+
+func (c *recvConn) opErr(op string, err error) error {
+	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
+}
+
+// RegMr implements transport.Conn.
+func (c *recvConn) RegMr(buf []byte) (transport.MemHandle, error) {
+	return &memHandle{owner: c, buf: buf}, nil
+}
+
+// DeregMr implements transport.Conn.
+func (c *recvConn) DeregMr(mh transport.MemHandle) error { return deregMR(c, mh) }
+
+// Irecv implements transport.RecvConn.
+func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
+	m, err := checkMR(c, mh, buf)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, c.opErr("irecv", transport.ErrClosed)
+	}
+	if c.err != nil && !c.unexpEager(tag) {
+		// Messages that arrived before the connection ended can still
+		// be received.
+		c.mu.Unlock()
+		return nil, c.opErr("irecv", c.err)
+	}
+	if len(c.pending) >= c.maxReq {
+		c.mu.Unlock()
+		return nil, transport.ErrWouldBlock
+	}
+	r := &recvReq{Request: request.New(nil), buf: buf, mh: m}
+	u, ok := c.unexp.Pop(tag)
+	switch {
+	case ok && !u.rts:
+		c.held -= len(u.data) + eagerOverhead
+		c.mu.Unlock()
+		n := copy(buf, u.data)
+		c.credit(len(u.data))
+		return request.Done(n, truncated(len(u.data), n)), nil
+	case ok:
+		c.add(r)
+		c.startRdv(r, u.seq, u.size)
+	default:
+		c.add(r)
+		c.posted.Push(tag, r)
+	}
+	c.mu.Unlock()
+	return r, nil
+}
+
+// unexpEager reports whether the next unexpected message of tag is an
+// eager one; c.mu must be held.
+func (c *recvConn) unexpEager(tag uint64) bool {
+	u, ok := c.unexp.Peek(tag)
+	return ok && !u.rts
+}
+
+// add and finish track the receives in flight; c.mu must be held.
+func (c *recvConn) add(r *recvReq) {
+	c.pending[r] = struct{}{}
+	if r.mh != nil {
+		r.mh.uses.Add(1)
+	}
+}
+
+func (c *recvConn) finish(r *recvReq, n int, err error) {
+	if _, ok := c.pending[r]; !ok {
+		return
+	}
+	delete(c.pending, r)
+	if r.mh != nil {
+		r.mh.uses.Add(-1)
+	}
+	r.Complete(n, err)
+}
+
+// startRdv answers the RTS of message seq, matched with r; c.mu must be
+// held.
+func (c *recvConn) startRdv(r *recvReq, seq uint64, size int) {
+	r.size, r.want = size, min(size, len(r.buf))
+	if r.want > 0 {
+		c.active[seq] = r
+	}
+	var j job
+	frame{fCTS, seq, uint64(r.want), 0}.put(&j.hdr)
+	c.w.push(j)
+	if r.want == 0 {
+		c.finish(r, 0, truncated(size, 0))
+	}
+}
+
+// credit gives n eager bytes back to the sender, in batches.
+func (c *recvConn) credit(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.consumed += n + eagerOverhead
+	if c.consumed >= eagerWindow/4 {
+		var j job
+		frame{fCredit, uint64(c.consumed), 0, 0}.put(&j.hdr)
+		c.w.push(j)
+		c.consumed = 0
+	}
+}
+
+func (c *recvConn) read(i int) {
+	defer c.readers.Done()
+	br := bufio.NewReaderSize(c.conns[i], 16<<10)
+	var hb [frameSize]byte
+	for {
+		f, err := readFrame(br, &hb)
+		if errors.Is(err, io.EOF) {
+			c.mu.Lock()
+			c.live--
+			end := c.live == 0
+			c.mu.Unlock()
+			if end {
+				c.die(lost(io.EOF))
+			}
+			return
+		}
+		if err == nil {
+			switch {
+			case f.typ == fData:
+				err = c.data(br, f.a, f.b, f.c)
+			case f.typ == fEager && i == 0:
+				err = c.eager(br, f.a, f.b, f.c)
+			case f.typ == fRTS && i == 0:
+				err = c.rts(f.a, f.b, f.c)
+			default:
+				err = fmt.Errorf("%w: unexpected frame %q on stream %d", transport.ErrProtocol, f.typ, i)
+			}
+		}
+		if err != nil {
+			c.die(lost(err))
+			return
+		}
+	}
+}
+
+func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
+	if size > eagerWindow {
+		return fmt.Errorf("%w: eager message of %d bytes", transport.ErrProtocol, size)
+	}
+	n := int(size)
+	c.mu.Lock()
+	r, ok := c.posted.Pop(tag)
+	c.mu.Unlock()
+	var data []byte
+	if !ok {
+		data = make([]byte, n)
+		if _, err := io.ReadFull(br, data); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if r, ok = c.posted.Pop(tag); !ok {
+			c.held += n + eagerOverhead
+			if c.held > eagerWindow+eagerOverhead {
+				c.mu.Unlock()
+				return fmt.Errorf("%w: the sender overran its eager credit", transport.ErrProtocol)
+			}
+			c.unexp.Push(tag, &inbound{seq: seq, size: n, data: data})
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+	}
+	got := min(n, len(r.buf))
+	if data != nil {
+		copy(r.buf, data)
+	} else {
+		if _, err := io.ReadFull(br, r.buf[:got]); err != nil {
+			return err
+		}
+		if _, err := br.Discard(n - got); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	c.finish(r, got, truncated(n, got))
+	c.mu.Unlock()
+	c.credit(n)
+	return nil
+}
+
+func (c *recvConn) rts(tag, seq, size uint64) error {
+	if size > 1<<48 {
+		return fmt.Errorf("%w: message of %d bytes", transport.ErrProtocol, size)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r, ok := c.posted.Pop(tag); ok {
+		c.startRdv(r, seq, int(size))
+	} else {
+		c.unexp.Push(tag, &inbound{rts: true, seq: seq, size: int(size)})
+	}
+	return nil
+}
+
+func (c *recvConn) data(br *bufio.Reader, seq, off, n uint64) error {
+	c.mu.Lock()
+	r := c.active[seq]
+	c.mu.Unlock()
+	if r == nil || off > uint64(r.want) || n > uint64(r.want)-off {
+		return fmt.Errorf("%w: data for unknown message %d or out of its bounds", transport.ErrProtocol, seq)
+	}
+	if _, err := io.ReadFull(br, r.buf[off:off+n]); err != nil {
+		return err
+	}
+	switch got := r.got.Add(int64(n)); {
+	case got == int64(r.want):
+		c.mu.Lock()
+		delete(c.active, seq)
+		c.finish(r, r.want, truncated(r.size, r.want))
+		c.mu.Unlock()
+	case got > int64(r.want):
+		return fmt.Errorf("%w: too much data for message %d", transport.ErrProtocol, seq)
+	}
+	return nil
+}
+
+func (c *recvConn) die(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.dieOnce.Do(func() { close(c.dead) })
+}
+
+func (c *recvConn) monitor() {
+	<-c.dead
+	closeAll(c.conns)
+	c.w.halt(0)
+	c.readers.Wait()
+	c.mu.Lock()
+	err := c.opErr("irecv", c.err)
+	for r := range c.pending {
+		c.finish(r, 0, err)
+	}
+	c.posted.Drain(func(*recvReq) {})
+	if c.closed {
+		c.unexp.Drain(func(*inbound) {})
+	}
+	clear(c.active)
+	c.mu.Unlock()
+	c.t.untrack(c)
+	close(c.finished)
+}
+
+// Close closes the connection at once: the receives in flight fail with
+// ErrClosed, and the sender's requests with ErrPeerLost.
+func (c *recvConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		started := c.started
+		if c.err == nil {
+			c.err = transport.ErrClosed
+		}
+		c.closed = true
+		c.mu.Unlock()
+		c.die(transport.ErrClosed)
+		if !started {
+			closeAll(c.conns)
+			close(c.finished)
+		}
+	})
+	<-c.finished
+	return nil
+}

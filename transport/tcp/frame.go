@@ -1,0 +1,165 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+// Frame types; see the package documentation.
+const (
+	frameSize = 32
+
+	fEager  = 'E'
+	fRTS    = 'R'
+	fCTS    = 'C'
+	fData   = 'D'
+	fCredit = 'K'
+)
+
+// frame is a decoded frame header: its type and three fields whose meaning
+// depends on the type.
+type frame struct {
+	typ     byte
+	a, b, c uint64
+}
+
+func (f frame) put(b *[frameSize]byte) {
+	*b = [frameSize]byte{0: f.typ}
+	binary.LittleEndian.PutUint64(b[8:], f.a)
+	binary.LittleEndian.PutUint64(b[16:], f.b)
+	binary.LittleEndian.PutUint64(b[24:], f.c)
+}
+
+func decodeFrame(b *[frameSize]byte) (frame, error) {
+	f := frame{
+		typ: b[0],
+		a:   binary.LittleEndian.Uint64(b[8:]),
+		b:   binary.LittleEndian.Uint64(b[16:]),
+		c:   binary.LittleEndian.Uint64(b[24:]),
+	}
+	for _, x := range b[1:8] {
+		if x != 0 {
+			return f, fmt.Errorf("%w: frame header % x", transport.ErrProtocol, b[:8])
+		}
+	}
+	return f, nil
+}
+
+// readFrame reads one frame header. It returns io.EOF only when the stream
+// ended cleanly between frames.
+func readFrame(r io.Reader, b *[frameSize]byte) (frame, error) {
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return frame{}, err
+	}
+	return decodeFrame(b)
+}
+
+// job is a frame to write and the bytes that follow it.
+type job struct {
+	hdr  [frameSize]byte
+	data []byte
+	req  *sendReq // told when the write is done; nil for control frames
+}
+
+// writer writes one stream's jobs in order from its own goroutine, several
+// queued jobs per writev.
+type writer struct {
+	c      *net.TCPConn
+	done   func(*sendReq)
+	fail   func(error)
+	mu     sync.Mutex
+	q      []job
+	stop   bool
+	wake   chan struct{}
+	exited chan struct{}
+}
+
+func newWriter(c *net.TCPConn, done func(*sendReq), fail func(error)) *writer {
+	return &writer{c: c, done: done, fail: fail, wake: make(chan struct{}, 1), exited: make(chan struct{})}
+}
+
+func (w *writer) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// push queues j and reports whether the writer still runs.
+func (w *writer) push(j job) bool {
+	w.mu.Lock()
+	if w.stop {
+		w.mu.Unlock()
+		return false
+	}
+	w.q = append(w.q, j)
+	w.mu.Unlock()
+	w.signal()
+	return true
+}
+
+// maxBatch bounds the jobs one writev carries.
+const maxBatch = 64
+
+func (w *writer) run() {
+	defer close(w.exited)
+	var batch []job
+	var bufs net.Buffers
+	for {
+		w.mu.Lock()
+		for len(w.q) == 0 && !w.stop {
+			w.mu.Unlock()
+			<-w.wake
+			w.mu.Lock()
+		}
+		if w.stop {
+			w.mu.Unlock()
+			return
+		}
+		n := min(len(w.q), maxBatch)
+		batch = append(batch[:0], w.q[:n]...)
+		rest := copy(w.q, w.q[n:])
+		clear(w.q[rest:])
+		w.q = w.q[:rest]
+		w.mu.Unlock()
+
+		bufs = bufs[:0]
+		for i := range batch {
+			bufs = append(bufs, batch[i].hdr[:])
+			if len(batch[i].data) > 0 {
+				bufs = append(bufs, batch[i].data)
+			}
+		}
+		if _, err := bufs.WriteTo(w.c); err != nil {
+			w.fail(err)
+			return
+		}
+		for i := range batch {
+			if batch[i].req != nil {
+				w.done(batch[i].req)
+			}
+		}
+		clear(batch)
+	}
+}
+
+// halt drops the queued jobs, lets the write in progress finish within
+// grace, and waits for the writer to exit.
+func (w *writer) halt(grace time.Duration) {
+	w.mu.Lock()
+	w.stop = true
+	w.q = nil
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	w.c.SetWriteDeadline(time.Now().Add(grace))
+	<-w.exited
+}
