@@ -59,8 +59,8 @@ func shmTransport(opts shm.Options) func(testing.TB) transport.Transport {
 
 func benchTransports() []benchTransport {
 	return []benchTransport{
-		{name: "tcp", new: tcpTransport(1)},
-		{name: "tcp-2streams", new: tcpTransport(2)},
+		{name: "tcp", new: tcpTransport(0)}, // tcp.DefaultStreams
+		{name: "tcp-1stream", new: tcpTransport(1)},
 		{name: "tcp-4streams", new: tcpTransport(4)},
 		{name: "shm", new: shmTransport(shm.Options{})},
 		{name: "shm-nospin", new: shmTransport(shm.Options{Spin: -1})},

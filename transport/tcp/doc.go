@@ -19,9 +19,10 @@
 // Eager messages that arrive before their receive is posted are held by the
 // receiver, up to a window of bytes the sender may spend (the sender sends
 // RTS instead when its credit is used up), so memory stays bounded and no
-// message waits behind one nobody receives. A large message is striped over
-// the streams in contiguous parts of at least 1 MiB and read straight into
-// the receive buffer, so memory is copied once on each side. A clean close is a FIN on every stream; a peer
+// message waits behind one nobody receives. The data of a message above
+// the eager limit is read straight into the receive buffer (memory is
+// copied once on each side); from 2 MiB it is striped over the streams in
+// contiguous parts of at least 1 MiB, and smaller ones take turns on them. A clean close is a FIN on every stream; a peer
 // process that dies closes its streams too, and TCP keepalive plus
 // TCP_USER_TIMEOUT bound how long a vanished host goes unnoticed
 // (Options.PeerTimeout).
