@@ -282,9 +282,12 @@ type head struct {
 	exports []string
 	jobID   string
 	secret  string // the job's rendezvous secret, for the agents' KV servers
-	agents  []*agentConn
-	events  chan event
-	mux     *output.Mux
+
+	hostsOnce sync.Once
+	hostNames []string // the plan's node names, for PMIx (pmixHosts)
+	agents    []*agentConn
+	events    chan event
+	mux       *output.Mux
 
 	rec      []RankRecord
 	phases   Phases
@@ -648,16 +651,19 @@ func (h *head) rankList(ranks []int) string {
 	return b.String()
 }
 
-// pmixHosts are the node names a PMIx server needs, unless PMIx is off.
+// pmixHosts are the node names a PMIx server needs, unless PMIx is off;
+// made once, as every agent's Launch of every generation carries them.
 func (h *head) pmixHosts() []string {
 	if h.o.PMIx == PMIxOff {
 		return nil
 	}
-	hosts := make([]string, len(h.plan.Nodes))
-	for i, n := range h.plan.Nodes {
-		hosts[i] = n.Host.Name
-	}
-	return hosts
+	h.hostsOnce.Do(func() {
+		h.hostNames = make([]string, len(h.plan.Nodes))
+		for i, n := range h.plan.Nodes {
+			h.hostNames[i] = n.Host.Name
+		}
+	})
+	return h.hostNames
 }
 
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
@@ -686,19 +692,16 @@ func cwd() string {
 	return d
 }
 
+// broadcast sends to every agent still connected.
+func (h *head) broadcast(t control.Type, v any) { h.broadcastTo(false, t, v) }
+
 // broadcastUnstepped sends to the agents that are not tasks of a resource
 // manager's step (srun), which signals those itself.
-func (h *head) broadcastUnstepped(t control.Type, v any) {
-	for _, a := range h.agents {
-		if _, stepped := a.proc.(*tcpAgent); !a.gone && !stepped {
-			a.w.Send(t, v)
-		}
-	}
-}
+func (h *head) broadcastUnstepped(t control.Type, v any) { h.broadcastTo(true, t, v) }
 
-func (h *head) broadcast(t control.Type, v any) {
+func (h *head) broadcastTo(unsteppedOnly bool, t control.Type, v any) {
 	for _, a := range h.agents {
-		if !a.gone {
+		if _, stepped := a.proc.(*tcpAgent); !a.gone && !(unsteppedOnly && stepped) {
 			a.w.Send(t, v)
 		}
 	}
