@@ -116,6 +116,9 @@ type Communicator struct {
 	left      map[int]uint32 // peer -> operations it completed before Close
 	watched   map[int]bool
 	cur       *task
+
+	release    func() // closes what Init opened for the world communicator
+	transports string // what Init connected with ("shm+tcp"), "" for New
 }
 
 // New returns the Communicator of rank among size ranks, communicating
@@ -201,8 +204,9 @@ func (c *Communicator) Thresholds() *Thresholds { return c.thr.Clone() }
 // ErrClosed, as do later ones, and the other ranks learn that this rank
 // left after the operations it completed, so that their operations that
 // need it fail with ErrPeerGone instead of waiting. Close releases the
-// goroutines the communicator started; it does not close the P2P (its
-// owner does, after Close). Closing a closed Communicator does nothing.
+// goroutines the communicator started; it does not close a P2P given to
+// New (its owner does, after Close), but the world communicator of Init
+// and InitWith closes its connections. Closing a closed Communicator does nothing.
 func (c *Communicator) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -219,8 +223,16 @@ func (c *Communicator) Close() error {
 	c.mu.Unlock()
 	c.tellAll(ctrlMsg{typ: ctrlLeave, subject: int32(c.rank), seq: done})
 	c.wg.Wait()
+	if c.release != nil {
+		c.release()
+	}
 	return nil
 }
+
+// Transports says which transports the communicator's world was connected
+// with by Init ("shm", "tcp", "shm+tcp", "self" for one rank), or "" for
+// a P2P given to New.
+func (c *Communicator) Transports() string { return c.transports }
 
 func (c *Communicator) tag(class uint8, low uint32) uint64 {
 	return uint64(c.id)<<40 | uint64(class)<<32 | uint64(low)
@@ -331,10 +343,9 @@ func (c *Communicator) fail(seq uint32, err error) error {
 		m := ctrlMsg{typ: ctrlAbort, code: codeAborted, subject: int32(c.rank), seq: seq, detail: err.Error()}
 		var pe *PeerError
 		if errors.As(err, &pe) {
+			// A relayed report keeps its text: the receivers add that this
+			// rank reported it.
 			m.code, m.subject, m.detail = codeOf(pe.Err), int32(pe.Rank), pe.Detail
-			if pe.ReportedBy >= 0 {
-				m.detail = fmt.Sprintf("%s (reported by rank %d)", pe.Detail, pe.ReportedBy)
-			}
 		} else if errors.Is(err, ErrInvalid) {
 			m.detail = fmt.Sprintf("its call failed: %v", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // task is one running operation: its context, its header template and the
@@ -150,10 +151,25 @@ func (o *task) wait1(m *msg) error {
 		return nil
 	}
 	if errors.Is(err, ErrPeerGone) {
+		// A peer that aborts or leaves says so before its connection
+		// closes, but the receive may see the close before this rank's
+		// watcher has read the message: give it a moment, so that the
+		// error says why the peer went.
+		t := time.NewTimer(peerGoneGrace)
+		defer t.Stop()
+		select {
+		case <-o.ctx.Done():
+			return o.ctxError(m.peer)
+		case <-t.C:
+		}
 		return &PeerError{Op: o.name, Rank: m.peer, ReportedBy: -1, Err: ErrPeerGone, Detail: err.Error()}
 	}
 	return fmt.Errorf("collectives: %s: rank %d: %w", o.name, m.peer, err)
 }
+
+// peerGoneGrace is how long a receive that failed because its peer went
+// waits for the control message that may say why.
+const peerGoneGrace = 50 * time.Millisecond
 
 // ctxError says why the operation's context ended.
 func (o *task) ctxError(peer int) error {

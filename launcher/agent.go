@@ -450,6 +450,11 @@ func (a *agent) launch(l control.Launch) {
 	}
 }
 
+// SelfProgram, as a job's program, names the gorun binary that each host's
+// agent runs: `gorun bench` launches its ranks so, wherever gorun was
+// staged.
+const SelfProgram = "gorun:self"
+
 // resolve finds the program as a shell would, in the ranks' PATH, and
 // checks the working directory.
 func (a *agent) resolve(l control.Launch, base []string) (path string, code int, msg string) {
@@ -460,6 +465,13 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 		return "", 1, fmt.Sprintf("working directory %s does not exist here", l.Dir)
 	}
 	prog := l.Argv[0]
+	if prog == SelfProgram {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", 127, fmt.Sprintf("gorun's own executable: %v", err)
+		}
+		return exe, 0, ""
+	}
 	if strings.Contains(prog, "/") {
 		if !filepath.IsAbs(prog) {
 			prog = filepath.Join(l.Dir, prog)

@@ -69,6 +69,7 @@ func (e errExit) Error() string { return e.err.Error() }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
 	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print gorun's version"}
+	lists = map[string]*listValue{}
 	app := &cli.App{
 		Name:                  "gorun",
 		Usage:                 "launch and supervise the ranks of a parallel job",
@@ -129,6 +130,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				},
 			},
 			topoCommand(stdout),
+			benchCommand(stdout, stderr),
 			{
 				Name:  "config",
 				Usage: "print the merged configuration and where each value came from",
@@ -156,7 +158,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 // run runs gorun with args and returns its exit code.
 func run(args []string) (int, error) {
 	app := newApp(os.Stdout, os.Stderr)
-	err := app.Run(args)
+	err := app.Run(benchArgs(args))
 	var ee errExit
 	switch {
 	case err == nil:
@@ -228,9 +230,24 @@ func (s settingsOf) ssh() control.SSH {
 
 // runJob turns the merged settings into launcher options and runs the job.
 func runJob(c *cli.Context, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(c)
+	o, err := jobOptions(c, stdout, stderr)
 	if err != nil {
 		return err
+	}
+	o.Argv = c.Args().Slice()
+	code, err := launcher.Run(context.Background(), o)
+	if err != nil || code != 0 {
+		return errExit{code: code, err: err}
+	}
+	return nil
+}
+
+// jobOptions reads a job's options, all but its program, from the merged
+// configuration.
+func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, error) {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return launcher.Options{}, err
 	}
 	s := read(cfg)
 	get, list, num, dur, flag := s.str, s.list, s.num, s.dur, s.on
@@ -238,12 +255,12 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 
 	alloc, err := launcher.DetectAllocation(os.Getenv, get("launcher"))
 	if err != nil {
-		return usage(err)
+		return launcher.Options{}, usage(err)
 	}
 	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude"), Alloc: alloc}
 	hosts, implicit, desc, err := src.Hosts()
 	if err != nil {
-		return usage(err)
+		return launcher.Options{}, usage(err)
 	}
 	np := num("np")
 	if np == 0 && alloc != nil && alloc.NTasks > 0 && get("hostfile") == "" && len(list("host")) == 0 {
@@ -251,37 +268,37 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	mapBy, err := launcher.ParseMapBy(get("map-by"))
 	if err != nil {
-		return usage(err)
+		return launcher.Options{}, usage(err)
 	}
 	var exports []env.Export
 	for _, x := range list("x") {
 		e, err := env.ParseExport(x)
 		if err != nil {
-			return usage(err)
+			return launcher.Options{}, usage(err)
 		}
 		exports = append(exports, e)
 	}
 	stdinRank, err := launcher.ParseStdin(get("stdin"))
 	if err != nil {
-		return usage(err)
+		return launcher.Options{}, usage(err)
 	}
 	for _, n := range []string{"np", "npernode", "max-restarts", "launch-fanout", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
 		if num(n) < 0 {
-			return usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
+			return launcher.Options{}, usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
 	}
 	for _, n := range []string{"grace-period", "timeout"} {
 		if dur(n) < 0 {
-			return usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
+			return launcher.Options{}, usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
 		}
 	}
 	switch get("pmix") {
 	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
 	default:
-		return usage(fmt.Errorf("--pmix %q: want auto, on or off", get("pmix")))
+		return launcher.Options{}, usage(fmt.Errorf("--pmix %q: want auto, on or off", get("pmix")))
 	}
 	o := launcher.Options{
-		Argv: c.Args().Slice(), Hosts: hosts, ImplicitHosts: implicit,
+		Hosts: hosts, ImplicitHosts: implicit,
 		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: num("npernode"),
 			Oversubscribe: flag("oversubscribe"), Source: desc},
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
@@ -293,9 +310,5 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
 		SSH: s.ssh(),
 	}
-	code, err := launcher.Run(context.Background(), o)
-	if err != nil || code != 0 {
-		return errExit{code: code, err: err}
-	}
-	return nil
+	return o, nil
 }

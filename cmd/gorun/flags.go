@@ -83,8 +83,11 @@ func cliFlags() []cli.Flag {
 			// One flag per spelling, sharing one list: urfave/cli would
 			// copy an alias's values to the main name through String
 			// and Set, splitting them again.
-			l := &listValue{}
-			lists[s.name] = l
+			l := lists[s.name] // shared by the main command's and bench's flags
+			if l == nil {
+				l = &listValue{}
+				lists[s.name] = l
+			}
 			for i, n := range append([]string{s.name}, s.aliases...) {
 				out = append(out, &cli.GenericFlag{Name: n, Usage: s.usage, Hidden: s.hidden || i > 0, Value: l})
 			}

@@ -16,6 +16,9 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
 		os.Exit(127)
 	}
+	if len(os.Args) > 1 && os.Args[1] == benchWorker {
+		os.Exit(benchRank())
+	}
 	code, err := run(os.Args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)

@@ -13,12 +13,17 @@ import (
 // buildRendezvousExample builds examples/rendezvous, a Go rank that uses
 // gorun's KV store through GORUN_AGENT_SOCKET.
 func buildRendezvousExample(t *testing.T, dir string) string {
+	return buildExample(t, dir, "rendezvous")
+}
+
+// buildExample builds the Go program examples/NAME (static) into dir.
+func buildExample(t *testing.T, dir, name string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "rendezvous-example")
-	cmd := exec.Command("go", "build", "-o", bin, "../../examples/rendezvous")
+	bin := filepath.Join(dir, name+"-example")
+	cmd := exec.Command("go", "build", "-o", bin, "../../examples/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build examples/rendezvous: %v\n%s", err, out)
+		t.Fatalf("build examples/%s: %v\n%s", name, err, out)
 	}
 	return bin
 }

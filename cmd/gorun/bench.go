@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/collbench"
+	"github.com/gorun/gorun/collectives"
+	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/launcher"
+)
+
+// benchWorker is the hidden first argument of a `gorun bench` rank: gorun
+// re-executed on each host (launcher.SelfProgram) as the job's program.
+const benchWorker = "__bench-rank"
+
+// benchConfigEnv carries the ranks' collbench.Config, as JSON.
+const benchConfigEnv = "GORUN_BENCH_CONFIG"
+
+// benchCommand is `gorun bench COLLECTIVE`: the job's flags (-np,
+// --hostfile, ...) and nccl-tests' (-b, -e, -f, -w, -c, -o, -d, -r).
+func benchCommand(stdout, stderr io.Writer) *cli.Command {
+	flags := append(cliFlags(),
+		&cli.StringFlag{Name: "minbytes", Aliases: []string{"b"}, Value: "8", Usage: "smallest message `SIZE` (8, 1K, 256M)"},
+		&cli.StringFlag{Name: "maxbytes", Aliases: []string{"e"}, Value: "32M", Usage: "largest message `SIZE`"},
+		&cli.IntFlag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by `N` each step"},
+		&cli.StringFlag{Name: "stepbytes", Usage: "add `SIZE` each step instead of multiplying"},
+		&cli.IntFlag{Name: "iters", Value: 20, Usage: "timed iterations per size (-n is gorun's -np)"},
+		&cli.IntFlag{Name: "warmup", Aliases: []string{"w"}, Value: 5, Usage: "untimed iterations before them"},
+		&cli.IntFlag{Name: "check", Aliases: []string{"c"}, Value: 1, Usage: "check each size's result against a serial computation (0: don't)"},
+		&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "reduction: " + strings.Join(collbench.Ops, ", ")},
+		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float32", Usage: "element type: " + strings.Join(collbench.DTypes, ", ")},
+		&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Usage: "root `RANK` of broadcast and reduce"},
+		&cli.StringFlag{Name: "csv", Usage: "also write the results as CSV to `FILE` (- for standard output, instead of the table)"},
+		&cli.StringFlag{Name: "json", Usage: "also write the results as JSON to `FILE` (- for standard output, instead of the table)"},
+		&cli.StringFlag{Name: "svg", Usage: "also plot bus bandwidth against size, as SVG, to `FILE`"},
+		&cli.StringFlag{Name: "transport", Usage: "auto (shared memory inside a host, TCP across), tcp or shm (sets " + collectives.EnvTransport + ")"},
+		&cli.StringFlag{Name: "thresholds", Usage: "algorithm table entries, as " + collectives.EnvThresholds + " (e.g. allreduce=ring)"},
+		&cli.IntFlag{Name: "streams", Usage: "TCP streams per connection (sets " + collectives.EnvStreams + ")"},
+	)
+	return &cli.Command{
+		Name:      "bench",
+		Usage:     "measure a collective as nccl-tests does: time, algbw and busbw per size (gorun bench allreduce -np 4 -b 8 -e 256M -f 2)",
+		ArgsUsage: "COLLECTIVE (" + strings.Join(collbench.Collectives, ", ") + ")",
+		Flags:     flags,
+		Action: func(c *cli.Context) error {
+			return runBench(c, stdout, stderr)
+		},
+	}
+}
+
+// benchArgs lets `gorun bench allreduce -np 4` be written with the
+// collective first, as nccl-tests' users expect, and gorun's flags before
+// "bench" too: the command-line parser stops at the first argument that is
+// not a flag, and a subcommand reads its own flags, so the command becomes
+// `gorun bench FLAGS... COLLECTIVE`.
+func benchArgs(args []string) []string {
+	for i := 1; i+1 < len(args); i++ {
+		if args[i] == "bench" && slices.Contains(collbench.Collectives, args[i+1]) {
+			out := append([]string{args[0], "bench"}, args[1:i]...)
+			out = append(out, args[i+2:]...)
+			return append(out, args[i+1])
+		}
+	}
+	return args
+}
+
+func runBench(c *cli.Context, stdout, stderr io.Writer) error {
+	usage := func(format string, a ...any) error {
+		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("bench: "+format, a...)}
+	}
+	if a := c.Args().First(); a != "" && !slices.Contains(collbench.Collectives, a) {
+		return usage("collective %q: want one of %s", a, strings.Join(collbench.Collectives, ", "))
+	}
+	if c.NArg() != 1 {
+		return usage("want one collective (%s), got %d arguments", strings.Join(collbench.Collectives, ", "), c.NArg())
+	}
+	cfg := collbench.Config{Collective: c.Args().First(), Op: c.String("op"), DType: c.String("datatype"),
+		Iters: c.Int("iters"), Warmup: c.Int("warmup"), Check: c.Int("check") != 0, Root: c.Int("root")}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1 // none asked for
+	}
+	if err := cfg.Validate(); err != nil {
+		return usage("%v", err)
+	}
+	if cfg.Iters < 1 {
+		return usage("--iters %d: must be at least 1", cfg.Iters)
+	}
+	lo, err := collbench.ParseSize(c.String("minbytes"))
+	if err != nil {
+		return usage("-b: %v", err)
+	}
+	hi, err := collbench.ParseSize(c.String("maxbytes"))
+	if err != nil {
+		return usage("-e: %v", err)
+	}
+	var step int64
+	if s := c.String("stepbytes"); s != "" {
+		if step, err = collbench.ParseSize(s); err != nil {
+			return usage("--stepbytes: %v", err)
+		}
+	}
+	if cfg.Sizes, err = collbench.Sizes(lo, hi, c.Int("stepfactor"), step, int64(collbench.ElemSize(cfg.DType))); err != nil {
+		return usage("%v", err)
+	}
+	switch t := c.String("transport"); t {
+	case "", "auto", "tcp", "shm":
+	default:
+		return usage("--transport %q: want auto, tcp or shm", t)
+	}
+
+	o, err := jobOptions(c, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	js, _ := json.Marshal(cfg)
+	set := func(name, value string) {
+		o.Exports = append(o.Exports, env.Export{Name: name, Value: value, HasValue: true})
+	}
+	set(benchConfigEnv, string(js))
+	if t := c.String("transport"); t != "" {
+		set(collectives.EnvTransport, t)
+	}
+	if t := c.String("thresholds"); t != "" {
+		set(collectives.EnvThresholds, t)
+	}
+	if n := c.Int("streams"); n != 0 {
+		set(collectives.EnvStreams, fmt.Sprint(n))
+	}
+	if o.Iface != "" {
+		set(collectives.EnvIface, o.Iface)
+	}
+	o.Argv = []string{launcher.SelfProgram, benchWorker}
+	o.Tag, o.Timestamp, o.OutputDir = false, false, "" // rank 0's result lines must reach the collector whole
+
+	var table io.Writer = stdout
+	if c.String("csv") == "-" || c.String("json") == "-" {
+		table = nil
+	}
+	col := collbench.NewCollector(table, stdout, collbench.Header{Collective: cfg.Collective, DType: cfg.DType,
+		Command: strings.Join(os.Args, " ")})
+	o.Stdout = col
+	code, runErr := launcher.Run(context.Background(), o)
+	colErr := col.Close()
+	rs, h := col.Results(), col.Header()
+	write := func(name string, f func(io.Writer) error) error {
+		if name == "" {
+			return nil
+		}
+		if name == "-" {
+			return f(stdout)
+		}
+		w, err := os.Create(name)
+		if err != nil {
+			return err
+		}
+		if err := f(w); err != nil {
+			w.Close()
+			return err
+		}
+		return w.Close()
+	}
+	outErr := errors.Join(
+		write(c.String("csv"), func(w io.Writer) error { return collbench.WriteCSV(w, rs) }),
+		write(c.String("json"), func(w io.Writer) error { return collbench.WriteJSON(w, h, rs) }),
+		write(c.String("svg"), func(w io.Writer) error { return collbench.WriteSVG(w, h, rs) }))
+	if runErr != nil || code != 0 {
+		return errExit{code: code, err: runErr}
+	}
+	if err := errors.Join(colErr, outErr); err != nil {
+		return errExit{code: 1, err: fmt.Errorf("bench: %w", err)}
+	}
+	wrong := 0
+	for _, r := range rs {
+		wrong += max(r.Errors, 0)
+	}
+	if wrong > 0 {
+		return errExit{code: 1, err: fmt.Errorf("bench: %d wrong elements: the collective gave wrong results", wrong)}
+	}
+	if len(rs) == 0 {
+		return errExit{code: 1, err: errors.New("bench: rank 0 reported no results")}
+	}
+	return nil
+}
+
+// benchRank is a `gorun bench` rank: it joins the job's communicator and
+// runs the configuration gorun gave it, rank 0 printing the results.
+func benchRank() int {
+	var cfg collbench.Config
+	if err := json.Unmarshal([]byte(os.Getenv(benchConfigEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "gorun bench: %s: %v (a rank of gorun bench is started by gorun bench only)\n", benchConfigEnv, err)
+		return 2
+	}
+	cfg.Out = os.Stdout
+	ctx := context.Background()
+	comm, err := collectives.Init(ctx, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gorun bench: %v\n", err)
+		return 1
+	}
+	_, err = collbench.Run(ctx, comm, cfg)
+	comm.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gorun bench: rank %d: %v\n", comm.Rank(), err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,16 @@
+// Package collbench runs and reports gorun's collective benchmarks
+// (`gorun bench`) the way nccl-tests does: per message size, the time, the
+// algorithm bandwidth and the bus bandwidth.
+//
+// A run yields one [Result] per message size. [Result.Fill] derives the
+// algorithm bandwidth (bytes moved by the caller's buffer per second of the
+// slowest rank) and the bus bandwidth (the algorithm bandwidth scaled by
+// [BusFactor], so that it can be compared with the hardware's link speed
+// whatever the collective and the number of ranks). [WriteTable] prints the
+// results as nccl-tests' *_perf binaries do, [WriteCSV] and [WriteJSON] give
+// them to other programs, and [WriteSVG] plots bus bandwidth against message
+// size.
+//
+// [ParseSize], [Sizes] and [FormatSize] handle message sizes as nccl-tests'
+// -b, -e, -f and -i options do.
+package collbench

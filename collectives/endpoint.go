@@ -1,0 +1,232 @@
+package collectives
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/transport"
+)
+
+// combineBytes is the largest message of several buffers that travels as
+// one transport message, copied through a staging buffer; larger ones
+// travel as one transport message per buffer, with the same tag, so that
+// their data is never copied on the way. Both ends of a connection decide
+// from their own buffers: the sizes agree unless the calls do not, and
+// then the header, which comes first either way, shows the mismatch.
+const combineBytes = 16 << 10
+
+// helloTag carries a connection's first message: the connecting rank.
+const helloTag = ^uint64(0)
+
+// link is the pair of one-way connections between this rank and a peer,
+// each with a lock that keeps the transport messages of one multi-buffer
+// message together.
+type link struct {
+	name string // the transport's name
+	smu  sync.Mutex
+	send transport.SendConn
+	rmu  sync.Mutex
+	recv transport.RecvConn
+}
+
+// endpoint is the P2P of a rank over package transport's connections: one
+// link per peer, over shared memory to the ranks of its host and over TCP
+// (or the transport Setup names) to the others.
+type endpoint struct {
+	rank  int
+	hosts []int
+	links []*link // nil at rank
+	trs   []transport.Transport
+}
+
+var stagePool = sync.Pool{New: func() any { b := make([]byte, combineBytes); return &b }}
+
+// xfer implements Transfer over one or more transport requests.
+type xfer struct {
+	ctx   context.Context
+	reqs  []transport.Request
+	stage *[]byte  // staging buffer, returned to stagePool when done
+	bufs  [][]byte // a combined receive's destination
+	peer  int
+	name  string
+
+	once sync.Once
+	n    int
+	err  error
+}
+
+func failed(err error) *xfer {
+	x := &xfer{err: err}
+	x.once.Do(func() {})
+	return x
+}
+
+// Wait implements Transfer.
+func (x *xfer) Wait() (int, error) {
+	x.once.Do(x.wait)
+	return x.n, x.err
+}
+
+func (x *xfer) wait() {
+	total := 0
+	for _, r := range x.reqs {
+		n, err := r.Wait(x.ctx)
+		total += n
+		if err != nil {
+			if x.ctx.Err() != nil {
+				// The request stays in flight: its staging buffer is not
+				// reused, and the link is not used again by a working
+				// communicator (a cancelled operation breaks it).
+				x.stage = nil
+				x.err = context.Cause(x.ctx)
+				return
+			}
+			x.n, x.err = total, x.mapErr(err)
+			if errors.Is(err, transport.ErrTruncated) && x.stage != nil {
+				x.scatter(len(*x.stage))
+			}
+			x.release()
+			return
+		}
+	}
+	x.n = total
+	if x.bufs != nil {
+		x.scatter(total)
+	}
+	x.release()
+}
+
+// scatter copies a combined receive's first n bytes to its buffers.
+func (x *xfer) scatter(n int) {
+	b := (*x.stage)[:n]
+	for _, d := range x.bufs {
+		k := copy(d, b)
+		b = b[k:]
+	}
+}
+
+func (x *xfer) release() {
+	if x.stage != nil {
+		stagePool.Put(x.stage)
+		x.stage = nil
+	}
+}
+
+// peerGone is a transport's error that means ErrPeerGone, without
+// repeating that sentinel's text.
+type peerGone struct{ err error }
+
+func (e peerGone) Error() string        { return e.err.Error() }
+func (e peerGone) Unwrap() error        { return e.err }
+func (e peerGone) Is(target error) bool { return target == ErrPeerGone }
+
+// mapErr turns a transport's error into the P2P contract's.
+func (x *xfer) mapErr(err error) error {
+	switch {
+	case errors.Is(err, transport.ErrTruncated):
+		return fmt.Errorf("%w (%s, rank %d): %w", ErrTruncated, x.name, x.peer, err)
+	case errors.Is(err, transport.ErrPeerLost), errors.Is(err, transport.ErrClosed):
+		return peerGone{fmt.Errorf("rank %d over %s: %w", x.peer, x.name, err)}
+	}
+	return fmt.Errorf("rank %d over %s: %w", x.peer, x.name, err)
+}
+
+func total(bufs [][]byte) int {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return n
+}
+
+// Isend implements P2P.
+func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
+	l := e.links[peer]
+	x := &xfer{ctx: ctx, peer: peer, name: l.name}
+	parts := bufs
+	if len(bufs) > 1 && total(bufs) <= combineBytes {
+		x.stage = stagePool.Get().(*[]byte)
+		b := (*x.stage)[:0]
+		for _, p := range bufs {
+			b = append(b, p...)
+		}
+		parts = [][]byte{b}
+	}
+	l.smu.Lock()
+	defer l.smu.Unlock()
+	for _, p := range parts {
+		r, err := retry(ctx, func() (transport.Request, error) { return l.send.Isend(p, tag, nil) })
+		if err != nil {
+			return x.start(err)
+		}
+		x.reqs = append(x.reqs, r)
+	}
+	return x
+}
+
+// Irecv implements P2P.
+func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
+	l := e.links[peer]
+	x := &xfer{ctx: ctx, peer: peer, name: l.name}
+	parts := bufs
+	if len(bufs) > 1 && total(bufs) <= combineBytes {
+		x.stage = stagePool.Get().(*[]byte)
+		x.bufs = bufs
+		parts = [][]byte{(*x.stage)[:total(bufs)]}
+	}
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
+	for _, p := range parts {
+		r, err := retry(ctx, func() (transport.Request, error) { return l.recv.Irecv(p, tag, nil) })
+		if err != nil {
+			return x.start(err)
+		}
+		x.reqs = append(x.reqs, r)
+	}
+	return x
+}
+
+// start fails a transfer whose request could not be started. The parts
+// already started stay in flight, as after a cancellation.
+func (x *xfer) start(err error) *xfer {
+	x.stage = nil
+	if x.ctx.Err() != nil {
+		err = context.Cause(x.ctx)
+	} else {
+		err = x.mapErr(err)
+	}
+	return failed(err)
+}
+
+// retry calls start until it does not fail with ErrWouldBlock (the
+// connection's requests in flight are at their limit) or ctx ends.
+func retry(ctx context.Context, start func() (transport.Request, error)) (transport.Request, error) {
+	for wait := time.Microsecond; ; wait = min(2*wait, time.Millisecond) {
+		r, err := start()
+		if !errors.Is(err, transport.ErrWouldBlock) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Host implements P2P.
+func (e *endpoint) Host(rank int) int { return e.hosts[rank] }
+
+// close closes every connection and transport.
+func (e *endpoint) close() {
+	for _, t := range e.trs {
+		t.Close()
+	}
+}
+
+// hello is the first message on a connection: who opened it.
+func hello(rank int) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(rank)) }

@@ -1,0 +1,428 @@
+package collectives
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/shm"
+	"github.com/gorun/gorun/transport/tcp"
+)
+
+// Environment variables Init reads, besides the ones gorun gives every
+// rank (GORUN_RANK, GORUN_WORLD_SIZE, GORUN_NODE_RANK and the rendezvous
+// socket and secret).
+const (
+	// EnvTransport forces one transport between every pair of ranks:
+	// "tcp", or "shm" (a job on one host). Empty or "auto": shared memory
+	// inside a host, TCP across hosts.
+	EnvTransport = "GORUN_COLL_TRANSPORT"
+	// EnvIface chooses the TCP transport's network interface, in
+	// NCCL_SOCKET_IFNAME syntax ("eth", "=eth0", "^docker,lo"). gorun's
+	// --iface sets it.
+	EnvIface = "GORUN_COLL_IFACE"
+	// EnvStreams is the number of TCP streams per connection (1 to
+	// tcp.MaxStreams; default tcp.DefaultStreams).
+	EnvStreams = "GORUN_COLL_STREAMS"
+)
+
+// DefaultSetupTimeout bounds InitWith's connection set-up when its
+// context has no deadline.
+const DefaultSetupTimeout = 2 * time.Minute
+
+// KV is the rendezvous store InitWith exchanges transport addresses
+// through: what a rank puts is visible to the others after a Fence that
+// all of them call. *rendezvous.Client is one.
+type KV interface {
+	Put(key, value string) error
+	Get(key string) (string, error)
+	Fence(ctx context.Context) error
+}
+
+// Setup describes the rank that InitWith connects.
+type Setup struct {
+	// Rank and Size place the rank among the job's.
+	Rank, Size int
+	// Host is the index of the rank's host: ranks with the same Host talk
+	// over shared memory, the others over TCP.
+	Host int
+	// Hosts is the number of hosts in the world, when known: with 1, no
+	// TCP listener is opened (unless Transport is "tcp"). 0 means unknown.
+	Hosts int
+	// KV is the rendezvous store.
+	KV KV
+	// Transport forces one transport between every pair: "tcp" or "shm".
+	// "" and "auto" choose by host.
+	Transport string
+	// Iface is the TCP transport's interface choice (see EnvIface).
+	Iface string
+	// Streams is the number of TCP streams per connection; 0 means
+	// tcp.DefaultStreams.
+	Streams int
+	// Key prefixes the rendezvous keys; "" means "gorun.coll". Ranks that
+	// build several independent worlds give each its own.
+	Key string
+}
+
+// record is what each rank publishes.
+type record struct {
+	Host   int    `json:"host"`
+	TCP    []byte `json:"tcp,omitempty"`
+	SHM    []byte `json:"shm,omitempty"`
+	TCPErr string `json:"tcp_err,omitempty"`
+	SHMErr string `json:"shm_err,omitempty"`
+}
+
+// Init returns the world communicator of a Go rank started by gorun: it
+// reads the rank, the world size and the host from gorun's environment,
+// connects to its agent's rendezvous store, and calls InitWith. Closing the
+// communicator closes its connections and says goodbye to the store. A
+// rank that also uses the store itself calls InitWith with its own client:
+// the agent accepts one connection per rank.
+func Init(ctx context.Context, opts *Options) (*Communicator, error) {
+	s, err := SetupFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	kv, err := rendezvous.DialEnv(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("collectives: init: %w", err)
+	}
+	s.KV = kv
+	c, err := InitWith(ctx, s, opts)
+	if err != nil {
+		kv.Close()
+		return nil, err
+	}
+	release := c.release
+	c.release = func() {
+		release()
+		kv.Close()
+	}
+	return c, nil
+}
+
+// SetupFromEnv reads a Setup, without its KV, from the environment gorun
+// gives a rank.
+func SetupFromEnv() (Setup, error) {
+	var s Setup
+	num := func(name string, dst *int, need bool) error {
+		v := os.Getenv(name)
+		if v == "" && !need {
+			return nil
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			if v == "" {
+				return fmt.Errorf("collectives: init: %s is not set: is this rank started by gorun?", name)
+			}
+			return fmt.Errorf("collectives: init: %s=%q: not a number", name, v)
+		}
+		*dst = n
+		return nil
+	}
+	if err := errors.Join(num(rendezvous.EnvRank, &s.Rank, true), num("GORUN_WORLD_SIZE", &s.Size, true),
+		num("GORUN_NODE_RANK", &s.Host, false), num("GORUN_NODE_COUNT", &s.Hosts, false), num(EnvStreams, &s.Streams, false)); err != nil {
+		return s, err
+	}
+	s.Transport = os.Getenv(EnvTransport)
+	s.Iface = os.Getenv(EnvIface)
+	if s.Iface == "" && s.Hosts > 1 {
+		s.Iface = routeIface(os.Getenv("MASTER_ADDR"))
+	}
+	return s, nil
+}
+
+// InitWith connects this rank to every other rank of the world that s
+// describes and returns its communicator. Each rank listens on shared
+// memory and TCP, publishes its addresses under s.Key in s.KV, fences,
+// connects to every peer (shared memory to the ranks of its host, TCP to
+// the others, unless s.Transport says otherwise), and accepts their
+// connections. Every rank of the world must call it. Closing the
+// communicator closes the connections.
+func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error) {
+	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size {
+		return nil, fmt.Errorf("%w: init: rank %d of %d", ErrInvalid, s.Rank, s.Size)
+	}
+	if s.KV == nil && s.Size > 1 {
+		return nil, fmt.Errorf("%w: init: no rendezvous store", ErrInvalid)
+	}
+	switch s.Transport {
+	case "", "auto", "tcp", "shm":
+	default:
+		return nil, fmt.Errorf("%w: init: transport %q: want auto, tcp or shm (%s)", ErrInvalid, s.Transport, EnvTransport)
+	}
+	if s.Key == "" {
+		s.Key = "gorun.coll"
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultSetupTimeout)
+		defer cancel()
+	}
+	e := &endpoint{rank: s.Rank, hosts: make([]int, s.Size), links: make([]*link, s.Size)}
+	e.hosts[s.Rank] = s.Host
+	if s.Size == 1 {
+		return newWorld(e, s.Size, opts)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			e.close()
+		}
+	}()
+
+	// Listen on both kinds: which one a peer needs is known only after
+	// the fence, and an idle listener costs one socket.
+	rec := record{Host: s.Host}
+	var lis [2]transport.Listener // tcp, shm
+	var trs [2]transport.Transport
+	if s.Transport == "tcp" || (s.Transport != "shm" && s.Hosts != 1) {
+		t, err := tcp.New(tcp.Options{Iface: s.Iface, Streams: s.Streams})
+		if err == nil {
+			trs[0] = t
+			lis[0], err = t.Listen(ctx)
+		}
+		if err != nil {
+			rec.TCPErr = err.Error()
+		}
+	}
+	if s.Transport != "tcp" {
+		t, err := shm.New(shm.Options{})
+		if err == nil {
+			trs[1] = t
+			lis[1], err = t.Listen(ctx)
+		}
+		if err != nil {
+			rec.SHMErr = err.Error()
+		}
+	}
+	for _, t := range trs {
+		if t != nil {
+			e.trs = append(e.trs, t)
+		}
+	}
+	if lis[0] != nil {
+		rec.TCP = lis[0].Handle()
+	}
+	if lis[1] != nil {
+		rec.SHM = lis[1].Handle()
+	}
+	b, _ := json.Marshal(rec)
+	key := func(r int) string { return s.Key + "." + strconv.Itoa(r) }
+	if err := s.KV.Put(key(s.Rank), string(b)); err != nil {
+		return nil, fmt.Errorf("collectives: init: rank %d: publishing its addresses: %w", s.Rank, err)
+	}
+	if err := s.KV.Fence(ctx); err != nil {
+		return nil, fmt.Errorf("collectives: init: rank %d: fence: %w", s.Rank, err)
+	}
+	recs := make([]record, s.Size)
+	recs[s.Rank] = rec
+	for r := range s.Size {
+		if r == s.Rank {
+			continue
+		}
+		v, err := s.KV.Get(key(r))
+		if err != nil {
+			return nil, fmt.Errorf("collectives: init: rank %d's addresses: %w", r, err)
+		}
+		if err := json.Unmarshal([]byte(v), &recs[r]); err != nil {
+			return nil, fmt.Errorf("collectives: init: rank %d's addresses %q: %w", r, v, err)
+		}
+		e.hosts[r] = recs[r].Host
+	}
+
+	// kind says which transport a pair uses: 0 tcp, 1 shm.
+	kind := func(peer int) int {
+		switch {
+		case s.Transport == "tcp":
+			return 0
+		case s.Transport == "shm" || e.hosts[peer] == s.Host:
+			return 1
+		}
+		return 0
+	}
+	names := [2]string{"tcp", "shm"}
+	expect := [2]int{}
+	for r := range s.Size {
+		if r == s.Rank {
+			continue
+		}
+		k := kind(r)
+		expect[k]++
+		if lis[k] == nil {
+			why := [2]string{rec.TCPErr, rec.SHMErr}[k]
+			return nil, fmt.Errorf("collectives: init: rank %d needs %s to reach rank %d (host %d) but cannot listen on it: %s", s.Rank, names[k], r, e.hosts[r], why)
+		}
+		e.links[r] = &link{name: names[k]}
+	}
+	for k := range lis {
+		if lis[k] != nil && expect[k] == 0 {
+			lis[k].Close()
+			lis[k] = nil
+		}
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*s.Size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) { errs <- err; cancel() }
+	for r := range s.Size {
+		if r == s.Rank {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := kind(r)
+			h := [2][]byte{recs[r].TCP, recs[r].SHM}[k]
+			if h == nil {
+				why := [2]string{recs[r].TCPErr, recs[r].SHMErr}[k]
+				fail(fmt.Errorf("collectives: init: rank %d (host %d) has no %s address: %s", r, e.hosts[r], names[k], why))
+				return
+			}
+			c, err := trs[k].Connect(ctx, h)
+			if err != nil {
+				fail(fmt.Errorf("collectives: init: rank %d: connecting to rank %d (host %d) over %s: %w", s.Rank, r, e.hosts[r], names[k], err))
+				return
+			}
+			e.links[r].send = c
+			req, err := c.Isend(hello(s.Rank), helloTag, nil)
+			if err == nil {
+				_, err = req.Wait(ctx)
+			}
+			if err != nil {
+				fail(fmt.Errorf("collectives: init: rank %d: greeting rank %d over %s: %w", s.Rank, r, names[k], err))
+			}
+		}()
+	}
+	for k := range lis {
+		for range expect[k] {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := accept(ctx, lis[k], e, kind, k, names[k]); err != nil {
+					fail(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for _, l := range lis {
+		if l != nil {
+			l.Close()
+		}
+	}
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, err
+	}
+	c, err := newWorld(e, s.Size, opts)
+	if err == nil {
+		ok = true
+	}
+	return c, err
+}
+
+// accept takes one connection from l and files it under the rank that its
+// first message names.
+func accept(ctx context.Context, l transport.Listener, e *endpoint, kind func(int) int, k int, name string) error {
+	c, err := l.Accept(ctx)
+	if err != nil {
+		return fmt.Errorf("collectives: init: rank %d: accepting over %s: %w", e.rank, name, err)
+	}
+	buf := make([]byte, 4)
+	req, err := c.Irecv(buf, helloTag, nil)
+	var n int
+	if err == nil {
+		n, err = req.Wait(ctx)
+	}
+	if err != nil || n != 4 {
+		c.Close()
+		return fmt.Errorf("collectives: init: rank %d: reading who connected from %s over %s: %v", e.rank, c.Peer(), name, err)
+	}
+	peer := int(binary.LittleEndian.Uint32(buf))
+	if peer < 0 || peer >= len(e.links) || peer == e.rank || kind(peer) != k {
+		c.Close()
+		return fmt.Errorf("collectives: init: rank %d: a connection over %s from %s says it is rank %d", e.rank, name, c.Peer(), peer)
+	}
+	lk := e.links[peer]
+	lk.rmu.Lock()
+	defer lk.rmu.Unlock()
+	if lk.recv != nil {
+		c.Close()
+		return fmt.Errorf("collectives: init: rank %d: rank %d connected twice", e.rank, peer)
+	}
+	lk.recv = c
+	return nil
+}
+
+// newWorld makes the communicator over e and has its Close close e.
+func newWorld(e *endpoint, size int, opts *Options) (*Communicator, error) {
+	c, err := New(e, e.rank, size, opts)
+	if err != nil {
+		return nil, err
+	}
+	c.release = e.close
+	c.transports = describe(e)
+	return c, nil
+}
+
+// describe says which transports e uses, as "shm+tcp".
+func describe(e *endpoint) string {
+	seen := map[string]bool{}
+	var names []string
+	for _, l := range e.links {
+		if l != nil && !seen[l.name] {
+			seen[l.name] = true
+			names = append(names, l.name)
+		}
+	}
+	if len(names) == 0 {
+		return "self"
+	}
+	if len(names) == 2 && names[0] == "tcp" {
+		names[0], names[1] = names[1], names[0]
+	}
+	return strings.Join(names, "+")
+}
+
+// routeIface returns, as an exact interface choice ("=eth1"), the
+// interface this host reaches addr through (rank 0's host, MASTER_ADDR),
+// found by the routing table alone: no packet is sent. It returns "" when
+// addr is empty or not routable, leaving the choice to the transport.
+func routeIface(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(addr, "9"))
+	if err != nil {
+		return ""
+	}
+	local := c.LocalAddr().(*net.UDPAddr).IP
+	c.Close()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return ""
+	}
+	for _, i := range ifs {
+		addrs, _ := i.Addrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(local) {
+				return "=" + i.Name
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,260 @@
+package collectives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/collectives"
+)
+
+// memKV is a rendezvous store for ranks that are goroutines of one
+// process: the real transports are under test here, not the store (which
+// the tests in cmd/gorun exercise through gorun itself).
+type memKV struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	n     int
+	kv    map[string]string
+	in    int
+	round int
+}
+
+func newMemKV(n int) *memKV {
+	m := &memKV{n: n, kv: map[string]string{}}
+	m.cond = sync.NewCond(&m.mu)
+	return m
+}
+
+func (m *memKV) Put(k, v string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.kv[k] = v
+	return nil
+}
+
+func (m *memKV) Get(k string) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.kv[k]
+	if !ok {
+		return "", fmt.Errorf("%s: not found", k)
+	}
+	return v, nil
+}
+
+func (m *memKV) Fence(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	round := m.round
+	m.in++
+	if m.in == m.n {
+		m.in, m.round = 0, m.round+1
+		m.cond.Broadcast()
+	}
+	for m.round == round {
+		m.cond.Wait()
+	}
+	return nil
+}
+
+// world starts n ranks as goroutines, each connected by InitWith with the
+// given transport choice and hosts, runs f on each, closes them, and
+// returns each rank's error.
+func world(t *testing.T, n int, transport string, hosts []int, opts *collectives.Options, f func(c *collectives.Communicator) error) []error {
+	t.Helper()
+	kv := newMemKV(n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			h := 0
+			if hosts != nil {
+				h = hosts[r]
+			}
+			// Loopback only: tests never listen on another interface.
+			c, err := collectives.InitWith(ctx, collectives.Setup{Rank: r, Size: n, Host: h, KV: kv, Transport: transport, Iface: "=lo"}, opts)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			errs[r] = f(c)
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestInitTransports runs every collective over the real transports:
+// shared memory only, TCP only, and both with ranks on several (pretended)
+// hosts, so that the hierarchical forms mix them.
+func TestInitTransports(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		n         int
+		transport string
+		hosts     []int
+		want      string
+	}{
+		{"shm/4", 4, "", nil, "shm"},
+		{"shm/3", 3, "shm", nil, "shm"},
+		{"tcp/3", 3, "tcp", nil, "tcp"},
+		{"mixed/5", 5, "auto", []int{0, 0, 1, 1, 2}, "shm+tcp"},
+		{"one", 1, "", nil, "self"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			errs := world(t, tc.n, tc.transport, tc.hosts, &collectives.Options{Timeout: time.Minute}, func(c *collectives.Communicator) error {
+				if got := c.Transports(); got != tc.want && !(c.Rank() == 4 && got == "tcp") {
+					return fmt.Errorf("transports %q, want %q", got, tc.want)
+				}
+				ctx := context.Background()
+				for coll := range collectives.CollBarrier + 1 {
+					// 0, 1, odd, and above the combining limit.
+					for _, length := range []int{0, 1, 37, 5000} {
+						if err := exerciseAll(ctx, c, coll, length, someTypes); err != nil {
+							return fmt.Errorf("%s, %d elements: %w", coll, length, err)
+						}
+					}
+					// Above the transports' eager limit, in chunks, and
+					// whole messages above TCP's striping size.
+					if err := exercise[float32](ctx, c, coll, 300_007); err != nil {
+						return fmt.Errorf("%s, 300007 elements: %w", coll, err)
+					}
+				}
+				return sendRecv[float32](ctx, c, 700_001)
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("rank %d: %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestInitEveryType runs every element type and operator over shared
+// memory and TCP at once.
+func TestInitEveryType(t *testing.T) {
+	t.Parallel()
+	errs := world(t, 4, "auto", []int{0, 0, 1, 1}, nil, func(c *collectives.Communicator) error {
+		for _, coll := range []collectives.Collective{collectives.CollAllReduce, collectives.CollReduceScatter} {
+			for _, length := range []int{3, 4099} {
+				if err := exerciseAll(context.Background(), c, coll, length, everyType); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// TestInitMismatch checks that a mismatched call is detected over the real
+// transports too, on both sides of the combining limit.
+func TestInitMismatch(t *testing.T) {
+	t.Parallel()
+	for _, length := range []int{10, 100_000} {
+		for _, tr := range []string{"shm", "tcp"} {
+			t.Run(fmt.Sprintf("%s/%d", tr, length), func(t *testing.T) {
+				t.Parallel()
+				errs := world(t, 3, tr, nil, &collectives.Options{Timeout: 20 * time.Second}, func(c *collectives.Communicator) error {
+					n := length
+					if c.Rank() == 2 {
+						n = 2*length + 1
+					}
+					buf := make([]float32, n)
+					err := collectives.AllReduce(context.Background(), c, buf, collectives.Sum)
+					if err == nil {
+						err = c.Barrier(context.Background())
+					}
+					return err
+				})
+				for r, err := range errs {
+					if !errors.Is(err, collectives.ErrMismatch) {
+						t.Errorf("rank %d: %v, want a mismatch", r, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestInitInvalid(t *testing.T) {
+	for _, s := range []collectives.Setup{
+		{Rank: 2, Size: 2},
+		{Rank: 0, Size: 2},
+		{Rank: 0, Size: 2, KV: newMemKV(2), Transport: "ib"},
+	} {
+		if _, err := collectives.InitWith(context.Background(), s, nil); !errors.Is(err, collectives.ErrInvalid) {
+			t.Errorf("InitWith(%+v) = %v, want ErrInvalid", s, err)
+		}
+	}
+	t.Setenv("GORUN_RANK", "")
+	if _, err := collectives.Init(context.Background(), nil); err == nil {
+		t.Error("Init outside gorun succeeded")
+	}
+}
+
+// BenchmarkInitAllReduce measures AllReduce between two ranks of this
+// process over the real shared-memory and TCP (loopback) transports.
+func BenchmarkInitAllReduce(b *testing.B) {
+	for _, tr := range []string{"shm", "tcp"} {
+		for _, size := range []int{4 << 10, 256 << 10, 4 << 20} {
+			b.Run(fmt.Sprintf("%s/%s", tr, collectives.FormatSize(int64(size))), func(b *testing.B) {
+				kv := newMemKV(2)
+				comms := make([]*collectives.Communicator, 2)
+				var wg sync.WaitGroup
+				for r := range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						c, err := collectives.InitWith(context.Background(), collectives.Setup{Rank: r, Size: 2, KV: kv, Transport: tr, Iface: "=lo"}, nil)
+						if err != nil {
+							b.Error(err)
+						}
+						comms[r] = c
+					}()
+				}
+				wg.Wait()
+				if b.Failed() {
+					return
+				}
+				b.SetBytes(int64(size))
+				b.ResetTimer()
+				for r := range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						buf := make([]float32, size/4)
+						for range b.N {
+							if err := collectives.AllReduce(context.Background(), comms[r], buf, collectives.Sum); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				for _, c := range comms {
+					c.Close()
+				}
+			})
+		}
+	}
+}
