@@ -155,7 +155,7 @@ func (o *task) foldOut(g group, f fold, buf []byte) error {
 
 func (o *task) arRecursiveDoubling(g group, buf []byte) error {
 	f := newFold(g.n(), g.me)
-	tmp := alloc(len(buf))
+	tmp := o.alloc(len(buf))
 	if err := o.foldIn(g, f, buf, tmp); err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func (o *task) double(g group, f fold, buf []byte, voff []int) error {
 
 func (o *task) arRabenseifner(g group, buf []byte) error {
 	f := newFold(g.n(), g.me)
-	tmp := alloc(len(buf))
+	tmp := o.alloc(len(buf))
 	if err := o.foldIn(g, f, buf, tmp); err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func (o *task) rsRing(g group, data []byte, off []int) error {
 		}
 	}
 	w := o.c.window
-	slots := alloc(w * maxLen)
+	slots := o.alloc(w * maxLen)
 	slot := func(k int) []byte {
 		i := (k % w) * maxLen
 		return slots[i : i+recvs[k].s.hi-recvs[k].s.lo]
@@ -385,7 +385,7 @@ func (o *task) agBruck(g group, data []byte, off []int) error {
 		j := (me + i) % n
 		pos[i+1] = pos[i] + off[j+1] - off[j]
 	}
-	tmp := alloc(pos[n])
+	tmp := o.alloc(pos[n])
 	copy(tmp, data[off[me]:off[me+1]])
 	for d := 1; d < n; d <<= 1 {
 		cnt := min(d, n-d)
@@ -415,7 +415,7 @@ func (o *task) reduceScatterAlgo(a Algorithm, g group, data []byte, off []int) e
 func (o *task) rsRecursiveHalving(g group, data []byte, off []int) error {
 	me := g.me
 	f := newFold(g.n(), me)
-	tmp := alloc(len(data))
+	tmp := o.alloc(len(data))
 	if err := o.foldIn(g, f, data, tmp); err != nil {
 		return err
 	}
@@ -571,7 +571,7 @@ func (o *task) reduceBinomial(g group, buf []byte) error {
 	acc := buf
 	var tmp []byte
 	if vr%2 == 0 && vr+1 < n { // has children
-		tmp = alloc(len(buf))
+		tmp = o.alloc(len(buf))
 		if vr != 0 {
 			acc = clone(buf)
 		}
@@ -600,7 +600,7 @@ func (o *task) reducePipelined(g group, buf []byte, binary bool) error {
 	segs := chunks(span{0, len(buf)}, o.unit(o.c.segment))
 	maxSeg := segs[0].hi - segs[0].lo
 	w := o.c.window
-	slots := alloc(len(kids) * w * maxSeg)
+	slots := o.alloc(len(kids) * w * maxSeg)
 	slot := func(ki, k int) []byte {
 		i := (ki*w + k%w) * maxSeg
 		return slots[i : i+segs[k].hi-segs[k].lo]
@@ -661,12 +661,12 @@ func (o *task) alltoallAlgo(a Algorithm, g group, send, recv []byte, b int) erro
 	blk := func(s []byte, j int) []byte { return s[j*b : (j+1)*b] }
 	switch a {
 	case AlgoBruck:
-		tmp := alloc(n * b)
+		tmp := o.alloc(n * b)
 		for i := range n {
 			copy(blk(tmp, i), blk(send, (me+i)%n))
 		}
-		half := alloc((n + 1) / 2 * b)
-		in := alloc((n + 1) / 2 * b)
+		half := o.alloc((n + 1) / 2 * b)
+		in := o.alloc((n + 1) / 2 * b)
 		var idx []int
 		for d := 1; d < n; d <<= 1 {
 			idx = idx[:0]

@@ -117,6 +117,7 @@ type Communicator struct {
 	watched   map[int]bool
 	cur       *task
 
+	arena      arena  // scratch of the running operation
 	release    func() // closes what Init opened for the world communicator
 	transports string // what Init connected with ("shm+tcp"), "" for New
 }
@@ -515,6 +516,7 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 	}
 	if err == nil {
 		c.cur = o
+		c.arena.reset()
 	}
 	c.mu.Unlock()
 	if err == nil {

@@ -213,6 +213,42 @@ func alloc(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(w))), n)
 }
 
+// arena keeps a communicator's scratch buffers from one operation to the
+// next (operations on a communicator run one at a time), so that small
+// collectives allocate nothing. Buffers above arenaKeep are not kept.
+type arena struct {
+	bufs [][]byte
+	next int
+}
+
+const arenaKeep = 64 << 20
+
+// get returns n bytes of scratch, not zeroed, valid until reset.
+func (a *arena) get(n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	if a.next < len(a.bufs) && cap(a.bufs[a.next]) >= n {
+		b := a.bufs[a.next][:n]
+		a.next++
+		return b
+	}
+	b := alloc(n)
+	switch {
+	case n > arenaKeep:
+	case a.next < len(a.bufs):
+		a.bufs[a.next] = b
+		a.next++
+	default:
+		a.bufs = append(a.bufs, b)
+		a.next++
+	}
+	return b
+}
+
+// reset makes every buffer free again.
+func (a *arena) reset() { a.next = 0 }
+
 type number interface {
 	float32 | float64 | int32 | int64 | uint8
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -37,10 +38,11 @@ type link struct {
 // link per peer, over shared memory to the ranks of its host and over TCP
 // (or the transport Setup names) to the others.
 type endpoint struct {
-	rank  int
-	hosts []int
-	links []*link // nil at rank
-	trs   []transport.Transport
+	rank    int
+	hosts   []int
+	links   []*link // nil at rank
+	trs     []transport.Transport
+	pollers []poller // the connections that progress when polled
 }
 
 var stagePool = sync.Pool{New: func() any { b := make([]byte, combineBytes); return &b }}
@@ -53,6 +55,7 @@ type xfer struct {
 	bufs  [][]byte // a combined receive's destination
 	peer  int
 	name  string
+	e     *endpoint
 
 	once sync.Once
 	n    int
@@ -72,32 +75,109 @@ func (x *xfer) Wait() (int, error) {
 }
 
 func (x *xfer) wait() {
-	total := 0
-	for _, r := range x.reqs {
-		n, err := r.Wait(x.ctx)
+	total, i := 0, 0
+	if x.e != nil && len(x.e.pollers) > 0 {
+		// Spin, making progress on every connection that can be polled,
+		// not only this transfer's: while this rank waits for a receive,
+		// its sends to other peers (and the rendezvous answers they
+		// wait for) must go on too, and waking the transport's own
+		// goroutines costs more than the messages.
+		x.e.polling()
+		last := time.Now()
+		for k := 0; i < len(x.reqs); k++ {
+			if done, n, err := x.reqs[i].Test(); done {
+				total += n
+				if err != nil {
+					x.e.parking()
+					x.end(total, err)
+					return
+				}
+				i++
+				last = time.Now()
+				continue
+			}
+			if x.e.poll() {
+				last = time.Now()
+				continue
+			}
+			if k&15 == 15 && (x.ctx.Err() != nil || time.Since(last) > spinFor) {
+				break
+			}
+			runtime.Gosched()
+		}
+		x.e.parking() // before blocking: the peer must ring again
+	}
+	for ; i < len(x.reqs); i++ {
+		n, err := x.reqs[i].Wait(x.ctx)
 		total += n
 		if err != nil {
-			if x.ctx.Err() != nil {
-				// The request stays in flight: its staging buffer is not
-				// reused, and the link is not used again by a working
-				// communicator (a cancelled operation breaks it).
-				x.stage = nil
-				x.err = context.Cause(x.ctx)
-				return
-			}
-			x.n, x.err = total, x.mapErr(err)
-			if errors.Is(err, transport.ErrTruncated) && x.stage != nil {
-				x.scatter(len(*x.stage))
-			}
-			x.release()
+			x.end(total, err)
 			return
 		}
 	}
-	x.n = total
-	if x.bufs != nil {
-		x.scatter(total)
+	x.end(total, nil)
+}
+
+// end records the transfer's outcome: total bytes and the first error.
+func (x *xfer) end(total int, err error) {
+	switch {
+	case err == nil:
+		x.n = total
+		if x.bufs != nil {
+			x.scatter(total)
+		}
+	case x.ctx.Err() != nil:
+		// The request stays in flight: its staging buffer is not reused,
+		// and the link is not used again by a working communicator (a
+		// cancelled operation breaks it).
+		x.stage = nil
+		x.err = context.Cause(x.ctx)
+		return
+	default:
+		x.n, x.err = total, x.mapErr(err)
+		if errors.Is(err, transport.ErrTruncated) && x.stage != nil {
+			x.scatter(len(*x.stage))
+		}
 	}
 	x.release()
+}
+
+// spinFor is how long a Transfer's Wait polls without progress before it
+// blocks.
+const spinFor = 100 * time.Microsecond
+
+// poller is a connection that makes progress when polled (shm's); TCP's
+// make progress on their own goroutines. Between Polling and Parking the
+// peer need not wake the connection's goroutine: someone polls it.
+type poller interface {
+	Poll() bool
+	Polling()
+	Parking()
+}
+
+// polling and parking bracket a spin over every poller.
+func (e *endpoint) polling() {
+	for _, p := range e.pollers {
+		p.Polling()
+	}
+}
+
+func (e *endpoint) parking() {
+	for _, p := range e.pollers {
+		p.Parking()
+	}
+}
+
+// poll polls every pollable connection once and reports whether any made
+// progress.
+func (e *endpoint) poll() bool {
+	worked := false
+	for _, p := range e.pollers {
+		if p.Poll() {
+			worked = true
+		}
+	}
+	return worked
 }
 
 // scatter copies a combined receive's first n bytes to its buffers.
@@ -146,7 +226,7 @@ func total(bufs [][]byte) int {
 // Isend implements P2P.
 func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
-	x := &xfer{ctx: ctx, peer: peer, name: l.name}
+	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = stagePool.Get().(*[]byte)
@@ -171,7 +251,7 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 // Irecv implements P2P.
 func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
-	x := &xfer{ctx: ctx, peer: peer, name: l.name}
+	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = stagePool.Get().(*[]byte)

@@ -328,6 +328,16 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	if err := <-errs; err != nil {
 		return nil, err
 	}
+	for _, l := range e.links {
+		if l == nil {
+			continue
+		}
+		for _, c := range []any{l.send, l.recv} {
+			if p, ok := c.(poller); ok {
+				e.pollers = append(e.pollers, p)
+			}
+		}
+	}
 	c, err := newWorld(e, s.Size, opts)
 	if err == nil {
 		ok = true

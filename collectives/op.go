@@ -59,6 +59,9 @@ func (g group) rotate(root int) group {
 	return group{ranks: r, me: (g.me - root + n) % n}
 }
 
+// alloc returns n bytes of scratch for the operation, not zeroed.
+func (o *task) alloc(n int) []byte { return o.c.arena.get(n) }
+
 // setAlgo sets the algorithm and phase the next messages carry, and
 // restarts the step counters.
 func (o *task) setAlgo(a Algorithm, phase uint8) {

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -200,6 +203,19 @@ func benchRank() int {
 		return 2
 	}
 	cfg.Out = os.Stdout
+	if os.Getenv("GOMAXPROCS") == "" {
+		// One rank per core, as MPI ranks run: a second P per rank only
+		// adds idle threads that compete with the spinning ranks.
+		local, _ := strconv.Atoi(os.Getenv("GORUN_LOCAL_WORLD_SIZE"))
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(local, 1)))
+	}
+	if prefix := os.Getenv("GORUN_BENCH_CPUPROFILE"); prefix != "" {
+		// A CPU profile of each rank, to PREFIX.RANK (go tool pprof).
+		if f, err := os.Create(prefix + "." + os.Getenv("GORUN_RANK")); err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	ctx := context.Background()
 	comm, err := collectives.Init(ctx, nil)
 	if err != nil {
