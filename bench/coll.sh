@@ -15,7 +15,9 @@
 #                            (over hosts: UCX_TLS=tcp,self on eth0)
 #                   gloo     coll/gloo_allreduce.py (torch.distributed, gloo), launched by
 #                            gorun (env:// rendezvous: MASTER_ADDR/PORT, RANK, WORLD_SIZE)
-#                   gorun    $GORUN_BENCH_CMD (below); left out, with a note, when unset
+#                   gorun    `gorun bench allreduce` with the peers' method (per size: 3
+#                            warm-up calls, a probe that sets the call count, 7 blocks of
+#                            ~0.25 s, the median block); $GORUN_BENCH_CMD (below) replaces it
 #   limits          coll/membw.c: memcpy GB/s per buffer size, 1 thread and 2
 #                   coll/tcpbw.c: TCP exchange per size (both ends send and receive SIZE
 #                   at once: a 2-rank ring allreduce's traffic; the better of one socket
@@ -27,7 +29,7 @@
 # in the machine's load hit all of them alike. Per size the tables give the median over
 # the rounds of each run's own figure (itself the median of its timed blocks).
 #
-# GORUN_BENCH_CMD: gorun's own allreduce benchmark, one command line (split on blanks)
+# GORUN_BENCH_CMD: gorun's allreduce benchmark, one command line (split on blanks)
 # run once per configuration and round, with these words replaced:
 #   {LAUNCH}     the gorun launch for the configuration: "GORUN -np N" on this host,
 #                "GORUN --ssh-config CFG -H h1:1,...,hN:1 -np N" over the fake hosts
@@ -37,7 +39,8 @@
 # e.g.   GORUN_BENCH_CMD='{LAUNCH} {GORUN} bench allreduce -b 4K -e 64M' bench/coll.sh
 #   or   GORUN_BENCH_CMD='{GORUN} bench allreduce {HOSTFLAGS} -np {NP}' bench/coll.sh
 # Its output (stdout of rank 0, or of the command) must be allreduce.c's CSV (a header
-# line naming bytes and busbw_GBs; time_us and wrong are read when present) or
+# line naming bytes and busbw_GBs; time_us and wrong are read when present), gorun
+# bench's --csv (busbw_gbps), or
 # nccl-tests rows (size count type redop root time algbw busbw #wrong); a final
 # "# done" line is optional (it lets a hang at exit be told from a hang).
 #
@@ -77,7 +80,7 @@ TIMEOUT=${TIMEOUT:-240}
 DONE_GRACE=${DONE_GRACE:-10}
 STATE=${STATE:-$BENCH/.state/coll}
 OUT=${OUT:-$BENCH/results/coll-$(date +%Y%m%d-%H%M%S)}
-GORUN_BENCH_CMD=${GORUN_BENCH_CMD:-}
+GORUN_BENCH_CMD=${GORUN_BENCH_CMD:-"{GORUN} bench allreduce {HOSTFLAGS} -np {NP} --iface {IFACE} -b 4K -e 64M -f 4 --min-time 0.25s --blocks 7 -w 3 --csv -"}
 BIN=$BENCH/.bin/coll
 GORUN=$BIN/gorun
 TH=$BENCH/.bin/testhosts

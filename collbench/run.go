@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,8 +56,15 @@ type Config struct {
 	Sizes      []int64 // message sizes in bytes, as nccl-tests counts them
 	Iters      int     // timed iterations per size (0: 20)
 	Warmup     int     // untimed iterations before them (0: 5; negative: none)
-	Check      bool    // check each size's result against a serial computation
-	Root       int     // Broadcast's and Reduce's root
+	// MinTime, when positive, sets the iterations per size instead of
+	// Iters: enough for a block to last about MinTime, from the time of
+	// one probe iteration (the slowest rank's).
+	MinTime time.Duration
+	// Blocks is the number of timed blocks per size (0: 1); the result is
+	// the median block's time.
+	Blocks int
+	Check  bool // check each size's result against a serial computation
+	Root   int  // Broadcast's and Reduce's root
 	// Out receives rank 0's result lines (ResultPrefix and JSON); nil
 	// means none are written.
 	Out io.Writer `json:"-"`
@@ -213,19 +221,24 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 			return res, err
 		}
 	}
-	if err := c.Barrier(ctx); err != nil {
-		return res, err
-	}
-	start := time.Now()
-	for range cfg.Iters {
-		if err := b.once(ctx); err != nil {
+	iters := cfg.Iters
+	if cfg.MinTime > 0 {
+		probe, err := b.timed(ctx, 1)
+		if err != nil {
 			return res, err
 		}
+		iters = int(min(max(float64(cfg.MinTime)/max(probe, 1), 1), 1e6))
 	}
-	mean := []float64{float64(time.Since(start).Nanoseconds()) / float64(cfg.Iters)}
-	if err := collectives.AllReduce(ctx, c, mean, collectives.Max); err != nil {
-		return res, err
+	times := make([]float64, max(cfg.Blocks, 1))
+	for i := range times {
+		t, err := b.timed(ctx, iters)
+		if err != nil {
+			return res, err
+		}
+		times[i] = t
 	}
+	slices.Sort(times)
+	mean := []float64{times[len(times)/2]}
 	res.Time = time.Duration(math.Round(mean[0]))
 	res.Fill()
 	if cfg.Check {
@@ -240,6 +253,25 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 		res.Errors = int(wrong[0])
 	}
 	return res, nil
+}
+
+// timed runs iters iterations between barriers and returns the slowest
+// rank's mean time per iteration, in nanoseconds.
+func (b *bench[T]) timed(ctx context.Context, iters int) (float64, error) {
+	if err := b.c.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range iters {
+		if err := b.once(ctx); err != nil {
+			return 0, err
+		}
+	}
+	mean := []float64{float64(time.Since(start).Nanoseconds()) / float64(iters)}
+	if err := collectives.AllReduce(ctx, b.c, mean, collectives.Max); err != nil {
+		return 0, err
+	}
+	return mean[0], nil
 }
 
 // algorithm names what the communicator runs for the collective.

@@ -77,8 +77,9 @@ def parse_bench(path):
         if s.startswith("#"):
             meta.append(s)
             continue
-        if "," in s and "bytes" in s.split(",") and "busbw_GBs" in s.split(","):
-            header = s.split(",")
+        if "," in s and "bytes" in s.split(",") and ("busbw_GBs" in s.split(",") or "busbw_gbps" in s.split(",")):
+            # allreduce.c's CSV, or gorun bench --csv's (busbw_gbps).
+            header = ["busbw_GBs" if h == "busbw_gbps" else h for h in s.split(",")]
             continue
         if header and "," in s:
             f = next(csv.reader([s]))

@@ -37,6 +37,8 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 		&cli.IntFlag{Name: "stepfactor", Aliases: []string{"f"}, Value: 2, Usage: "multiply the size by `N` each step"},
 		&cli.StringFlag{Name: "stepbytes", Usage: "add `SIZE` each step instead of multiplying"},
 		&cli.IntFlag{Name: "iters", Value: 20, Usage: "timed iterations per size (-n is gorun's -np)"},
+		&cli.DurationFlag{Name: "min-time", Usage: "instead of --iters: as many iterations as fill `DURATION` per block"},
+		&cli.IntFlag{Name: "blocks", Value: 1, Usage: "timed blocks per size; the median block is reported"},
 		&cli.IntFlag{Name: "warmup", Aliases: []string{"w"}, Value: 5, Usage: "untimed iterations before them"},
 		&cli.IntFlag{Name: "check", Aliases: []string{"c"}, Value: 1, Usage: "check each size's result against a serial computation (0: don't)"},
 		&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "reduction: " + strings.Join(collbench.Ops, ", ")},
@@ -87,7 +89,7 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 		return usage("want one collective (%s), got %d arguments", strings.Join(collbench.Collectives, ", "), c.NArg())
 	}
 	cfg := collbench.Config{Collective: c.Args().First(), Op: c.String("op"), DType: c.String("datatype"),
-		Iters: c.Int("iters"), Warmup: c.Int("warmup"), Check: c.Int("check") != 0, Root: c.Int("root")}
+		Iters: c.Int("iters"), Warmup: c.Int("warmup"), MinTime: c.Duration("min-time"), Blocks: c.Int("blocks"), Check: c.Int("check") != 0, Root: c.Int("root")}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1 // none asked for
 	}
