@@ -140,6 +140,7 @@ func WriteTable(w io.Writer, h Header, rs []Result) error {
 // benchmark's rows appear as they are measured.
 type Table struct {
 	w       io.Writer
+	all     bool // rows of several collectives: name each
 	sumBus  float64
 	rows    int
 	wrong   int
@@ -150,7 +151,7 @@ type Table struct {
 // NewTable writes the header block and the column headers to w, and
 // returns the Table to add rows to.
 func NewTable(w io.Writer, h Header) *Table {
-	t := &Table{w: w}
+	t := &Table{w: w, all: h.Collective == All}
 	var b strings.Builder
 	for _, kv := range headerLines(h) {
 		fmt.Fprintf(&b, "# %-20s : %s\n", kv[0], kv[1])
@@ -170,6 +171,10 @@ func (t *Table) write(s string) {
 
 // Row writes one result.
 func (t *Table) Row(r Result) {
+	algo := r.Algorithm
+	if t.all {
+		algo = r.Collective + ": " + algo
+	}
 	op := r.Op
 	if op == "" {
 		op = "none"
@@ -182,7 +187,7 @@ func (t *Table) Row(r Result) {
 		strconv.FormatFloat(r.AlgBW, 'f', 2, 64),
 		strconv.FormatFloat(r.BusBW, 'f', 2, 64),
 		wrongString(r.Errors),
-		r.Algorithm) + "\n")
+		algo) + "\n")
 	t.sumBus += r.BusBW
 	t.rows++
 	if r.Errors >= 0 {

@@ -24,6 +24,9 @@ var Collectives = []string{"allreduce", "broadcast", "reduce", "allgather", "red
 // DTypes lists the names Config.DType accepts.
 var DTypes = []string{"float32", "float64", "int32", "int64", "uint8", "bfloat16", "float16"}
 
+// All, as Config.Collective, runs every collective in turn.
+const All = "all"
+
 // ElemSize returns the size in bytes of an element of the named type (one
 // of DTypes), or 0.
 func ElemSize(dtype string) int {
@@ -64,7 +67,10 @@ type Config struct {
 	// the median block's time.
 	Blocks int
 	Check  bool // check each size's result against a serial computation
-	Root   int  // Broadcast's and Reduce's root
+	// AllTypes runs every element type, and every operator of the
+	// reductions, instead of DType and Op.
+	AllTypes bool
+	Root     int // Broadcast's and Reduce's root
 	// Out receives rank 0's result lines (ResultPrefix and JSON); nil
 	// means none are written.
 	Out io.Writer `json:"-"`
@@ -72,8 +78,8 @@ type Config struct {
 
 // Validate checks the names and numbers in cfg.
 func (cfg *Config) Validate() error {
-	if !member(Collectives, cfg.Collective) {
-		return fmt.Errorf("collbench: collective %q: want one of %s", cfg.Collective, strings.Join(Collectives, ", "))
+	if !member(Collectives, cfg.Collective) && cfg.Collective != All {
+		return fmt.Errorf("collbench: collective %q: want one of %s, or %s", cfg.Collective, strings.Join(Collectives, ", "), All)
 	}
 	if cfg.Op != "" && !member(Ops, cfg.Op) {
 		return fmt.Errorf("collbench: operator %q: want one of %s", cfg.Op, strings.Join(Ops, ", "))
@@ -120,18 +126,55 @@ func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result
 	if cfg.Root < 0 || cfg.Root >= c.Size() {
 		return nil, fmt.Errorf("collbench: root %d: the job has %d ranks", cfg.Root, c.Size())
 	}
-	sizes := cfg.Sizes
-	if cfg.Collective == "barrier" {
-		sizes = []int64{0}
-	}
 	if c.Rank() == 0 && cfg.Out != nil {
 		h := Header{Collective: cfg.Collective, DType: cfg.DType, Ranks: c.Size(), Hosts: c.Hosts(),
 			Transport: c.Transports(), Iters: cfg.Iters, Warmup: cfg.Warmup}
-		if cfg.Collective == "allreduce" || cfg.Collective == "reduce" || cfg.Collective == "reducescatter" {
+		if reduction(cfg.Collective) {
 			h.Op = cfg.Op
+		}
+		if cfg.AllTypes {
+			h.DType, h.Op = "all", ""
 		}
 		b, _ := json.Marshal(h)
 		fmt.Fprintf(cfg.Out, "%s%s\n", InfoPrefix, b)
+	}
+	colls := []string{cfg.Collective}
+	if cfg.Collective == All {
+		colls = Collectives
+	}
+	var out []Result
+	for _, coll := range colls {
+		dtypes, ops := []string{cfg.DType}, []string{cfg.Op}
+		if cfg.AllTypes && coll != "barrier" {
+			dtypes = DTypes
+			if reduction(coll) {
+				ops = Ops
+			}
+		}
+		for _, dt := range dtypes {
+			for _, op := range ops {
+				one := cfg
+				one.Collective, one.DType, one.Op = coll, dt, op
+				rs, err := runOne(ctx, c, one)
+				out = append(out, rs...)
+				if err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func reduction(coll string) bool {
+	return coll == "allreduce" || coll == "reduce" || coll == "reducescatter"
+}
+
+// runOne measures one collective, type and operator at every size.
+func runOne(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result, error) {
+	sizes := cfg.Sizes
+	if cfg.Collective == "barrier" {
+		sizes = []int64{0}
 	}
 	var out []Result
 	for _, size := range sizes {
@@ -154,7 +197,7 @@ func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result
 			r, err = measure[collectives.Float16](ctx, c, cfg, size)
 		}
 		if err != nil {
-			return out, fmt.Errorf("collbench: %s of %s: %w", cfg.Collective, FormatSize(size), err)
+			return out, fmt.Errorf("collbench: %s of %s %s: %w", cfg.Collective, FormatSize(size), cfg.DType, err)
 		}
 		out = append(out, r)
 		if c.Rank() == 0 && cfg.Out != nil {
@@ -209,8 +252,7 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 		b.send, b.recv = make([]T, b.count), make([]T, b.count)
 	}
 	res := Result{Collective: cfg.Collective, DType: cfg.DType, Ranks: b.n, Bytes: int64(b.count * elem), Count: int64(b.count), Errors: -1}
-	switch cfg.Collective {
-	case "allreduce", "reduce", "reducescatter":
+	if reduction(cfg.Collective) {
 		res.Op = cfg.Op
 	}
 	res.Algorithm = algorithm(c, cfg.Collective, b.count, b.per, elem)

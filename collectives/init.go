@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -328,6 +329,13 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	if err := <-errs; err != nil {
 		return nil, err
 	}
+	local := 0
+	for _, h := range e.hosts {
+		if h == s.Host {
+			local++
+		}
+	}
+	e.crowded = local > runtime.NumCPU()
 	for _, l := range e.links {
 		if l == nil {
 			continue

@@ -85,6 +85,25 @@ func validName(s string) bool {
 	return true
 }
 
+// CollIface is the variable through which gorun's --iface reaches the TCP
+// transport of Go ranks' collectives (package collectives reads it).
+const CollIface = "GORUN_COLL_IFACE"
+
+// WithIface returns exports with CollIface=iface added, so that the
+// collectives use the interface --iface names, unless iface is empty or
+// exports set CollIface already (-x wins).
+func WithIface(exports []Export, iface string) []Export {
+	if iface == "" {
+		return exports
+	}
+	for _, e := range exports {
+		if e.Name == CollIface {
+			return exports
+		}
+	}
+	return append(append([]Export(nil), exports...), Export{Name: CollIface, Value: iface, HasValue: true})
+}
+
 // Resolve turns exports into NAME=value pairs, taking the value of a bare
 // NAME from lookup (gorun's own environment, as mpirun -x does). Names that
 // lookup does not know are returned in missing, in order, so that the

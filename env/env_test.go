@@ -155,3 +155,17 @@ func TestSlurmVars(t *testing.T) {
 		}
 	}
 }
+
+func TestWithIface(t *testing.T) {
+	x := []Export{{Name: "A", Value: "1", HasValue: true}}
+	if got := WithIface(x, ""); len(got) != 1 {
+		t.Errorf("no --iface: %v", got)
+	}
+	if got := WithIface(x, "eth1"); len(got) != 2 || got[1] != (Export{Name: CollIface, Value: "eth1", HasValue: true}) || len(x) != 1 {
+		t.Errorf("--iface eth1: %v (input %v)", got, x)
+	}
+	mine := append(x, Export{Name: CollIface, Value: "=ib0", HasValue: true})
+	if got := WithIface(mine, "eth1"); len(got) != 2 || got[1].Value != "=ib0" {
+		t.Errorf("-x %s wins: %v", CollIface, got)
+	}
+}

@@ -150,7 +150,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.StdinRank >= len(plan.Ranks) {
 		return ExitUsage, fmt.Errorf("%w: --stdin %d: the job has ranks 0-%d", ErrUsage, o.StdinRank, len(plan.Ranks)-1)
 	}
-	exports, missing := env.Resolve(o.Exports, os.LookupEnv)
+	exports, missing := env.Resolve(env.WithIface(o.Exports, o.Iface), os.LookupEnv)
 	for _, name := range missing {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}

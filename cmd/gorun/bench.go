@@ -44,17 +44,19 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 		&cli.StringFlag{Name: "op", Aliases: []string{"o"}, Value: "sum", Usage: "reduction: " + strings.Join(collbench.Ops, ", ")},
 		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float32", Usage: "element type: " + strings.Join(collbench.DTypes, ", ")},
 		&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Usage: "root `RANK` of broadcast and reduce"},
+		&cli.BoolFlag{Name: "all-types", Usage: "every element type, and every reduction operator, instead of -d and -o"},
 		&cli.StringFlag{Name: "csv", Usage: "also write the results as CSV to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "json", Usage: "also write the results as JSON to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "svg", Usage: "also plot bus bandwidth against size, as SVG, to `FILE`"},
 		&cli.StringFlag{Name: "transport", Usage: "auto (shared memory inside a host, TCP across), tcp or shm (sets " + collectives.EnvTransport + ")"},
 		&cli.StringFlag{Name: "thresholds", Usage: "algorithm table entries, as " + collectives.EnvThresholds + " (e.g. allreduce=ring)"},
+		&cli.BoolFlag{Name: "print-thresholds", Usage: "print the algorithm table the ranks would use (defaults, " + collectives.EnvThresholds + ", --thresholds) and exit"},
 		&cli.IntFlag{Name: "streams", Usage: "TCP streams per connection (sets " + collectives.EnvStreams + ")"},
 	)
 	return &cli.Command{
 		Name:      "bench",
 		Usage:     "measure a collective as nccl-tests does: time, algbw and busbw per size (gorun bench allreduce -np 4 -b 8 -e 256M -f 2)",
-		ArgsUsage: "COLLECTIVE (" + strings.Join(collbench.Collectives, ", ") + ")",
+		ArgsUsage: "COLLECTIVE (" + strings.Join(collbench.Collectives, ", ") + ", or all)",
 		Flags:     flags,
 		Action: func(c *cli.Context) error {
 			return runBench(c, stdout, stderr)
@@ -69,7 +71,7 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 // `gorun bench FLAGS... COLLECTIVE`.
 func benchArgs(args []string) []string {
 	for i := 1; i+1 < len(args); i++ {
-		if args[i] == "bench" && slices.Contains(collbench.Collectives, args[i+1]) {
+		if args[i] == "bench" && (slices.Contains(collbench.Collectives, args[i+1]) || args[i+1] == collbench.All) {
 			out := append([]string{args[0], "bench"}, args[1:i]...)
 			out = append(out, args[i+2:]...)
 			return append(out, args[i+1])
@@ -82,14 +84,24 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	usage := func(format string, a ...any) error {
 		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("bench: "+format, a...)}
 	}
-	if a := c.Args().First(); a != "" && !slices.Contains(collbench.Collectives, a) {
-		return usage("collective %q: want one of %s", a, strings.Join(collbench.Collectives, ", "))
+	if c.Bool("print-thresholds") {
+		thr := collectives.DefaultThresholds()
+		for _, spec := range []string{os.Getenv(collectives.EnvThresholds), c.String("thresholds")} {
+			if err := thr.Set(spec); spec != "" && err != nil {
+				return usage("%v", err)
+			}
+		}
+		fmt.Fprint(stdout, thr.String())
+		return nil
+	}
+	if a := c.Args().First(); a != "" && !slices.Contains(collbench.Collectives, a) && a != collbench.All {
+		return usage("collective %q: want one of %s, or %s", a, strings.Join(collbench.Collectives, ", "), collbench.All)
 	}
 	if c.NArg() != 1 {
 		return usage("want one collective (%s), got %d arguments", strings.Join(collbench.Collectives, ", "), c.NArg())
 	}
 	cfg := collbench.Config{Collective: c.Args().First(), Op: c.String("op"), DType: c.String("datatype"),
-		Iters: c.Int("iters"), Warmup: c.Int("warmup"), MinTime: c.Duration("min-time"), Blocks: c.Int("blocks"), Check: c.Int("check") != 0, Root: c.Int("root")}
+		Iters: c.Int("iters"), Warmup: c.Int("warmup"), MinTime: c.Duration("min-time"), Blocks: c.Int("blocks"), AllTypes: c.Bool("all-types"), Check: c.Int("check") != 0, Root: c.Int("root")}
 	if cfg.Warmup == 0 {
 		cfg.Warmup = -1 // none asked for
 	}
@@ -139,9 +151,6 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	if n := c.Int("streams"); n != 0 {
 		set(collectives.EnvStreams, fmt.Sprint(n))
-	}
-	if o.Iface != "" {
-		set(collectives.EnvIface, o.Iface)
 	}
 	o.Argv = []string{launcher.SelfProgram, benchWorker}
 	o.Tag, o.Timestamp, o.OutputDir = false, false, "" // rank 0's result lines must reach the collector whole

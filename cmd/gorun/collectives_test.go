@@ -197,6 +197,18 @@ func TestSSHCollectives(t *testing.T) {
 		"-x", "GORUN_TEST_MARK="+mark, bin, "die", "3")...)
 	checkPeerKilled(t, r, 4, 3, mark)
 
+	// The whole matrix: every collective x type x operator, element
+	// counts 0, 1, 37, 1369 and 50653 (as the type's size allows), each
+	// checked against a serial computation, on 3, 5 and 8 ranks.
+	for _, hosts := range []string{"h1:1,h2:1,h3:1", "h1:2,h2:2,h3:1", "h1:2,h2:2,h3:2,h4:2"} {
+		r := runBin(t, gorunBin, 300*time.Second, append(ssh, "bench", "all", "-H", hosts, "--all-types",
+			"-b", "0", "-e", "512K", "-f", "37", "--iters", "1", "-w", "0", "--csv", "-")...)
+		rows := strings.Count(r.stdout, "\n") - 1
+		if r.code != 0 || rows != 666 {
+			t.Errorf("%s: exit %d, %d rows, want 666\n%s", hosts, r.code, rows, r.stderr)
+		}
+	}
+
 	r = runBin(t, gorunBin, 120*time.Second, append(ssh, "bench", "allreduce", "-H", "h1:2,h2:2", "-b", "4K", "-e", "4M", "-f", "32", "--iters", "3")...)
 	if r.code != 0 || !strings.Contains(r.stdout, "# Transport            : shm+tcp") || !strings.Contains(r.stdout, "# Hosts                : 2") ||
 		len(benchRow.FindAllStringSubmatch(r.stdout, -1)) != 3 || !strings.Contains(r.stdout, "# Out of bounds values : 0") {

@@ -244,3 +244,31 @@ func TestManPagesRender(t *testing.T) {
 		})
 	}
 }
+
+// TestManPageDocumentsBenchFlags checks that the bench entry of COMMANDS
+// shows every flag of its own (the job's are in OPTIONS).
+func TestManPageDocumentsBenchFlags(t *testing.T) {
+	t.Parallel()
+	cmds := manSection(t, readManPage(t, "gorun.1"), "COMMANDS")
+	job := map[string]bool{}
+	for _, s := range settings {
+		job[s.name] = true
+		for _, a := range s.aliases {
+			job[a] = true
+		}
+	}
+	for _, f := range benchCommand(io.Discard, io.Discard).Flags {
+		for _, n := range f.Names() {
+			if job[n] {
+				continue
+			}
+			dashes := 2
+			if len(n) == 1 {
+				dashes = 1
+			}
+			if !roffFlag(dashes, n).MatchString(cmds) {
+				t.Errorf("the bench entry of COMMANDS does not show %s%s", strings.Repeat("-", dashes), n)
+			}
+		}
+	}
+}

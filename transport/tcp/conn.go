@@ -168,14 +168,17 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return nil, c.opErr("isend", transport.ErrClosed)
 	}
 	if c.err != nil {
-		return nil, c.opErr("isend", c.err)
+		err := c.opErr("isend", c.err)
+		c.mu.Unlock()
+		return nil, err
 	}
 	if len(c.sends) >= c.maxReq {
+		c.mu.Unlock()
 		return nil, transport.ErrWouldBlock
 	}
 	c.seq++
@@ -194,7 +197,20 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		r.rdv = true
 		frame{fRTS, tag, r.seq, uint64(len(buf))}.put(&j.hdr)
 	}
-	c.ws[0].push(j)
+	// An eager message on an idle stream is written by the caller: the
+	// hand-over to the writer's goroutine costs more than the write.
+	inline := j.req != nil && c.ws[0].reserve()
+	if !inline {
+		c.ws[0].push(j)
+	}
+	c.mu.Unlock()
+	if inline {
+		if err := c.ws[0].writeReserved(j); err != nil {
+			c.writeFailed(err)
+		} else {
+			c.wrote(r)
+		}
+	}
 	return r, nil
 }
 

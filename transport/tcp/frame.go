@@ -76,6 +76,7 @@ type writer struct {
 	mu     sync.Mutex
 	q      []job
 	stop   bool
+	busy   bool // a write is in progress, by run or by a caller (reserve)
 	wake   chan struct{}
 	exited chan struct{}
 }
@@ -104,6 +105,37 @@ func (w *writer) push(j job) bool {
 	return true
 }
 
+// reserve lets the caller write the next frame itself, saving the hand-over
+// to the writer's goroutine, when the writer is idle with nothing queued;
+// the caller must then call writeReserved.
+func (w *writer) reserve() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop || w.busy || len(w.q) > 0 {
+		return false
+	}
+	w.busy = true
+	return true
+}
+
+// writeReserved writes j after reserve, then lets the writer go on with
+// what was queued meanwhile.
+func (w *writer) writeReserved(j job) error {
+	bufs := net.Buffers{j.hdr[:]}
+	if len(j.data) > 0 {
+		bufs = append(bufs, j.data)
+	}
+	_, err := bufs.WriteTo(w.c)
+	w.mu.Lock()
+	w.busy = false
+	more := len(w.q) > 0 || w.stop
+	w.mu.Unlock()
+	if more {
+		w.signal()
+	}
+	return err
+}
+
 // maxBatch bounds the jobs one writev carries.
 const maxBatch = 64
 
@@ -113,7 +145,7 @@ func (w *writer) run() {
 	var bufs net.Buffers
 	for {
 		w.mu.Lock()
-		for len(w.q) == 0 && !w.stop {
+		for (len(w.q) == 0 || w.busy) && !w.stop {
 			w.mu.Unlock()
 			<-w.wake
 			w.mu.Lock()
@@ -122,6 +154,7 @@ func (w *writer) run() {
 			w.mu.Unlock()
 			return
 		}
+		w.busy = true
 		n := min(len(w.q), maxBatch)
 		batch = append(batch[:0], w.q[:n]...)
 		rest := copy(w.q, w.q[n:])
@@ -136,7 +169,11 @@ func (w *writer) run() {
 				bufs = append(bufs, batch[i].data)
 			}
 		}
-		if _, err := bufs.WriteTo(w.c); err != nil {
+		_, err := bufs.WriteTo(w.c)
+		w.mu.Lock()
+		w.busy = false
+		w.mu.Unlock()
+		if err != nil {
 			w.fail(err)
 			return
 		}
