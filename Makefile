@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test check fuzz bench bench-mpi bench-coll clean
+.PHONY: build run test check fuzz bench bench-mpi bench-coll bench-crossover clean
 
 # gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
 # programs, links libpmix (libpmix-dev) and sits next to it.
@@ -42,10 +42,14 @@ bench:
 bench-mpi:
 	./bench/mpi.sh
 
-# Allreduce busbw of Open MPI, MPICH and gloo (and gorun: GORUN_BENCH_CMD), 1 host and
-# netns hosts, with memcpy/TCP limits (root for the fake hosts).
+# Allreduce busbw of gorun bench, Open MPI, MPICH and gloo, 1 host and netns hosts,
+# with memcpy/TCP limits (root for the fake hosts).
 bench-coll:
 	./bench/coll.sh
+
+# The crossover sizes of gorun's collective algorithms (root for the fake hosts).
+bench-crossover:
+	./bench/crossover.sh
 
 clean:
 	rm -rf gorun gorun-pmix bench/.bin bench/results

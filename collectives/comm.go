@@ -126,8 +126,8 @@ type Communicator struct {
 // through p. Making it sends no message. Call New once per endpoint; more
 // communicators come from [Communicator.Split].
 //
-// New is the seam with gorun's environment: the rank's Init will build p
-// from the rendezvous store and package transport, and call New.
+// New is the seam with gorun's environment: [Init] builds p from the
+// rendezvous store and package transport, and calls New.
 func New(p P2P, rank, size int, opts *Options) (*Communicator, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil P2P", ErrInvalid)

@@ -14,11 +14,32 @@
 //
 // # Transports
 //
-// A Communicator runs over a [P2P]: tagged, asynchronous point-to-point
-// messages between ranks, and the host of each rank. P2P is defined here,
-// where it is consumed, and kept small; gorun's Init (not yet written) will
-// build one from the rendezvous store and package transport (shared memory
-// inside a host, TCP or a plugin across hosts) and call [New]. Package
+// A Go rank that gorun started joins its job with [Init]:
+//
+//	c, err := collectives.Init(ctx, nil) // every rank of the job
+//	...
+//	defer c.Close()
+//
+// Init reads the rank, the world size and the host from gorun's
+// environment and connects through the agent's rendezvous store: every
+// rank listens, publishes its addresses, fences, then connects to every
+// other rank, over shared memory (package transport/shm: memfd rings) to
+// the ranks of its host and over TCP (package transport/tcp: two streams
+// per peer by default, the interface gorun's --iface names or the one
+// that routes to rank 0's host) to the others. GORUN_COLL_TRANSPORT
+// forces one transport, GORUN_COLL_IFACE and GORUN_COLL_STREAMS tune TCP.
+// [InitWith] does the same from a [Setup], for a rank that holds its own
+// rendezvous client (the agent accepts one connection per rank) or a test
+// that runs ranks as goroutines. A waiting rank polls its shared-memory
+// connections itself for up to 100 µs before it blocks, and yields the
+// CPU at every turn where its host runs more ranks than it has CPUs; run
+// one rank per core, with GOMAXPROCS near the cores each rank has (gorun
+// bench sets it so).
+//
+// Underneath, a Communicator runs over a [P2P]: tagged, asynchronous
+// point-to-point messages between ranks, and the host of each rank. P2P is
+// defined here, where it is consumed, and kept small: Init builds one from
+// package transport's connections and calls [New]; package
 // collectivestest provides one over memory, with fault injection, so that
 // tests run N ranks as goroutines.
 //

@@ -37,6 +37,15 @@ type link struct {
 // endpoint is the P2P of a rank over package transport's connections: one
 // link per peer, over shared memory to the ranks of its host and over TCP
 // (or the transport Setup names) to the others.
+//
+// It keeps the P2P contract with two narrowings that the Communicator
+// never crosses: a message of several buffers above combineBytes travels
+// as one transport message per buffer, so the receive must split its
+// buffers alike (the Communicator always sends a header and the data); and
+// a transfer whose context ends fails at once, but its transport request
+// cannot be withdrawn and may still fill its buffer later, which only a
+// broken Communicator (every cancelled operation breaks it) leaves
+// behind.
 type endpoint struct {
 	rank    int
 	hosts   []int

@@ -70,5 +70,5 @@ func ExampleCommunicator_Choose() {
 	}
 	// Output:
 	// hierarchical binomial recursive-doubling binomial
-	// hierarchical ring ring ring
+	// hierarchical recursive-halving ring ring
 }

@@ -5,7 +5,7 @@ import "context"
 // P2P is the point-to-point messaging a [Communicator] runs its algorithms
 // over: one endpoint per rank of a job, which can send tagged messages to
 // any other rank's endpoint. It is the seam between this package and the
-// transports: gorun's Init will provide one made from package transport's
+// transports: [Init] provides one made from package transport's
 // connections; package collectivestest provides one over memory for tests.
 //
 // Ranks are numbered 0..size-1, as in the Communicator built over the

@@ -234,11 +234,12 @@ type Thresholds struct {
 // default algorithm table; see [Thresholds].
 const EnvThresholds = "GORUN_COLL_THRESHOLDS"
 
-// DefaultThresholds returns the starting table: the crossover sizes
-// measured by Open MPI's and MPICH's tuned defaults on 25-100 Gb/s
-// clusters (gorun's runtime design, section 3.11), for both link classes
-// until `gorun bench` measures gorun's own transports. [CostModel.Thresholds]
-// derives a table from measured link costs instead.
+// DefaultThresholds returns the default table: Open MPI's and MPICH's
+// tuned crossovers on 25-100 Gb/s clusters (gorun's runtime design,
+// section 3.11) as the start, with the entries that bench/crossover.sh
+// measured on gorun's own transports in their place
+// (measuredThresholds). [CostModel.Thresholds] derives a table from
+// measured link costs instead.
 func DefaultThresholds() *Thresholds {
 	t := &Thresholds{Hierarchical: true}
 	def := map[Collective][]Tier{
@@ -281,8 +282,27 @@ func DefaultThresholds() *Thresholds {
 			t.rules[c][l] = append([]Tier(nil), tiers...)
 		}
 	}
+	if err := t.Set(measuredThresholds); err != nil {
+		panic(err)
+	}
 	return t
 }
+
+// measuredThresholds replaces entries of the starting table with the
+// crossovers that bench/crossover.sh measured on gorun's own transports:
+// each algorithm forced in turn, 1 KiB to 16 MiB, on 1 host x 2 and 4 ranks
+// (shared memory: intra) and 2 and 4 network-namespace hosts x 1 rank
+// (TCP over veth: inter), on the project's 2-vCPU VM (2026-11-21; the
+// tables are in bench/README.md). Ranges with no clear winner between runs
+// keep the algorithm of the neighbouring sizes; rank counts not measured
+// (n >= 8) keep the starting table's tiers.
+const measuredThresholds = `allreduce@intra=recursive-doubling<=16KiB,rabenseifner
+allreduce@inter=recursive-doubling<=256KiB,ring&n<=2,rabenseifner
+broadcast@intra=binomial&n<=4,binomial<=16KiB,binary-tree<=512KiB,scatter-allgather&n>=8,chain
+broadcast@inter=chain<=256KiB&n<=4,binomial&n<=4,binomial<=16KiB,binary-tree<=512KiB,scatter-allgather&n>=8,chain
+allgather@inter=recursive-doubling&pow2,bruck<=256KiB,ring
+reducescatter@intra=recursive-halving
+reducescatter@inter=recursive-halving<=1MiB,ring&n<=2,recursive-halving`
 
 // Clone returns a deep copy of t.
 func (t *Thresholds) Clone() *Thresholds {

@@ -54,17 +54,24 @@ func TestSelect(t *testing.T) {
 		want  collectives.Algorithm
 	}{
 		{collectives.CollAllReduce, inter, 8, 0, collectives.AlgoRecursiveDoubling},
-		{collectives.CollAllReduce, inter, 8, 8 << 10, collectives.AlgoRecursiveDoubling},
-		{collectives.CollAllReduce, inter, 8, 8<<10 + 1, collectives.AlgoRabenseifner},
+		{collectives.CollAllReduce, inter, 8, 256 << 10, collectives.AlgoRecursiveDoubling},
+		{collectives.CollAllReduce, inter, 8, 256<<10 + 1, collectives.AlgoRabenseifner},
+		{collectives.CollAllReduce, inter, 2, 256<<10 + 1, collectives.AlgoRing},
+		{collectives.CollAllReduce, intra, 3, 16 << 10, collectives.AlgoRecursiveDoubling},
 		{collectives.CollAllReduce, intra, 3, 512 << 10, collectives.AlgoRabenseifner},
-		{collectives.CollAllReduce, inter, 8, 512<<10 + 1, collectives.AlgoRing},
-		{collectives.CollBroadcast, inter, 4, 1 << 20, collectives.AlgoChain},
+		{collectives.CollAllReduce, inter, 8, 64 << 20, collectives.AlgoRabenseifner},
+		{collectives.CollBroadcast, inter, 4, 100 << 10, collectives.AlgoChain},
+		{collectives.CollBroadcast, inter, 4, 1 << 20, collectives.AlgoBinomial},
+		{collectives.CollBroadcast, intra, 4, 1 << 20, collectives.AlgoBinomial},
 		{collectives.CollBroadcast, inter, 8, 1 << 20, collectives.AlgoScatterAllGather},
 		{collectives.CollBroadcast, inter, 8, 100 << 10, collectives.AlgoBinaryTree},
 		{collectives.CollReduce, intra, 5, 1 << 30, collectives.AlgoReduceScatterGather},
 		{collectives.CollAllGather, inter, 8, 1024, collectives.AlgoRecursiveDoubling},
 		{collectives.CollAllGather, inter, 6, 1024, collectives.AlgoBruck},
-		{collectives.CollAllGather, inter, 8, 1 << 20, collectives.AlgoRing},
+		{collectives.CollAllGather, inter, 8, 1 << 20, collectives.AlgoRecursiveDoubling},
+		{collectives.CollAllGather, inter, 6, 1 << 20, collectives.AlgoRing},
+		{collectives.CollReduceScatter, intra, 3, 64 << 20, collectives.AlgoRecursiveHalving},
+		{collectives.CollReduceScatter, inter, 2, 2 << 20, collectives.AlgoRing},
 		{collectives.CollReduceScatter, inter, 7, 1 << 10, collectives.AlgoRecursiveHalving},
 		{collectives.CollAllToAll, inter, 16, 100, collectives.AlgoBruck},
 		{collectives.CollAllToAll, inter, 8, 100, collectives.AlgoLinear},
@@ -82,9 +89,10 @@ func TestThresholdsText(t *testing.T) {
 	d := collectives.DefaultThresholds()
 	text := d.String()
 	for _, want := range []string{
-		"allreduce@inter=recursive-doubling<=8KiB,rabenseifner<=512KiB,ring\n",
+		"allreduce@inter=recursive-doubling<=256KiB,ring&n<=2,rabenseifner\n",
 		"alltoall@intra=bruck<=256B&n>=9,linear<=4KiB,pairwise\n",
-		"allgather@inter=recursive-doubling<=256KiB&pow2,bruck<=256KiB,ring\n",
+		"allgather@inter=recursive-doubling&pow2,bruck<=256KiB,ring\n",
+		"reduce@inter=binomial<=16KiB,chain<=512KiB,reducescatter-gather\n",
 		"hierarchical=on\n",
 	} {
 		if !strings.Contains(text, want) {
@@ -188,7 +196,7 @@ func TestChoose(t *testing.T) {
 	flat.Hierarchical = false
 	noHier := newComm([]int{0, 0, 0, 0, 1, 1, 1, 1}, flat)
 
-	if got := oneHost.Choose(collectives.CollAllReduce, 1<<20); got.Algorithm != collectives.AlgoRing || got.Class != collectives.IntraHost || len(got.Phases) != 0 {
+	if got := oneHost.Choose(collectives.CollAllReduce, 1<<20); got.Algorithm != collectives.AlgoRabenseifner || got.Class != collectives.IntraHost || len(got.Phases) != 0 {
 		t.Errorf("one host: %v", got)
 	}
 	if oneHost.Hosts() != 1 || twoHosts.Hosts() != 2 {
@@ -212,16 +220,16 @@ func TestChoose(t *testing.T) {
 		{"small allreduce", twoHosts, collectives.CollAllReduce, 1 << 10, collectives.AlgoHierarchical,
 			"intra reduce binomial; inter allreduce recursive-doubling; intra broadcast binomial"},
 		{"large allreduce", twoHosts, collectives.CollAllReduce, 64 << 20, collectives.AlgoHierarchical,
-			"intra reducescatter ring; inter allreduce ring; intra allgather ring"},
+			"intra reducescatter recursive-halving; inter allreduce ring; intra allgather ring"},
 		{"large allreduce, uneven hosts", uneven, collectives.CollAllReduce, 64 << 20, collectives.AlgoHierarchical,
-			"intra reduce reducescatter-gather; inter allreduce ring; intra broadcast chain"},
+			"intra reduce reducescatter-gather; inter allreduce ring; intra broadcast binomial"},
 		{"broadcast", twoHosts, collectives.CollBroadcast, 1 << 10, collectives.AlgoHierarchical,
-			"inter broadcast binomial; intra broadcast binomial"},
+			"inter broadcast chain; intra broadcast binomial"},
 		{"reduce", twoHosts, collectives.CollReduce, 100 << 10, collectives.AlgoHierarchical,
 			"intra reduce chain; inter reduce chain"},
 		{"allgather is flat", twoHosts, collectives.CollAllGather, 1 << 10, collectives.AlgoRecursiveDoubling, ""},
 		{"one rank per host", onePerHost, collectives.CollAllReduce, 1 << 10, collectives.AlgoRecursiveDoubling, ""},
-		{"hierarchical off", noHier, collectives.CollAllReduce, 1 << 30, collectives.AlgoRing, ""},
+		{"hierarchical off", noHier, collectives.CollAllReduce, 1 << 30, collectives.AlgoRabenseifner, ""},
 	} {
 		ch := tc.c.Choose(tc.coll, tc.bytes)
 		if ch.Algorithm != tc.algo || phases(ch) != tc.phases {
