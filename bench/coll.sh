@@ -80,7 +80,10 @@ TIMEOUT=${TIMEOUT:-240}
 DONE_GRACE=${DONE_GRACE:-10}
 STATE=${STATE:-$BENCH/.state/coll}
 OUT=${OUT:-$BENCH/results/coll-$(date +%Y%m%d-%H%M%S)}
-GORUN_BENCH_CMD=${GORUN_BENCH_CMD:-"{GORUN} bench allreduce {HOSTFLAGS} -np {NP} --iface {IFACE} -b 4K -e 64M -f 4 --min-time 0.25s --blocks 7 -w 3 --csv -"}
+# One P per rank (-x GOMAXPROCS=1): the peers' ranks run one thread each, and the netns
+# hosts share this machine's CPUs, which gorun bench's own rule (CPUs / ranks on the
+# host) cannot see.
+GORUN_BENCH_CMD=${GORUN_BENCH_CMD:-"{GORUN} bench allreduce {HOSTFLAGS} -np {NP} --iface {IFACE} -x GOMAXPROCS=1 -b 4K -e 64M -f 4 --min-time 0.25s --blocks 7 -w 3 --csv -"}
 BIN=$BENCH/.bin/coll
 GORUN=$BIN/gorun
 TH=$BENCH/.bin/testhosts
