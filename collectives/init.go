@@ -35,6 +35,10 @@ const (
 	// EnvStreams is the number of TCP streams per connection (1 to
 	// tcp.MaxStreams; default tcp.DefaultStreams).
 	EnvStreams = "GORUN_COLL_STREAMS"
+	// EnvCMA set to 1 has large shared-memory messages read from the
+	// sender's memory (process_vm_readv, one copy) instead of going
+	// through the ring (two copies, in parallel); see shm.Options.CMA.
+	EnvCMA = "GORUN_COLL_CMA"
 )
 
 // DefaultSetupTimeout bounds InitWith's connection set-up when its
@@ -70,6 +74,9 @@ type Setup struct {
 	// Streams is the number of TCP streams per connection; 0 means
 	// tcp.DefaultStreams.
 	Streams int
+	// CMA has large shared-memory messages read from the sender's memory
+	// instead of going through the ring (shm.Options.CMA).
+	CMA bool
 	// Key prefixes the rendezvous keys; "" means "gorun.coll". Ranks that
 	// build several independent worlds give each its own.
 	Key string
@@ -137,6 +144,7 @@ func SetupFromEnv() (Setup, error) {
 		return s, err
 	}
 	s.Transport = os.Getenv(EnvTransport)
+	s.CMA = os.Getenv(EnvCMA) == "1"
 	s.Iface = os.Getenv(EnvIface)
 	if s.Iface == "" && s.Hosts > 1 {
 		s.Iface = routeIface(os.Getenv("MASTER_ADDR"))
@@ -199,7 +207,7 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 		}
 	}
 	if s.Transport != "tcp" {
-		t, err := shm.New(shm.Options{})
+		t, err := shm.New(shm.Options{CMA: s.CMA})
 		if err == nil {
 			trs[1] = t
 			lis[1], err = t.Listen(ctx)

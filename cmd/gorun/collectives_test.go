@@ -41,6 +41,8 @@ func TestCollectivesExample(t *testing.T) {
 	checkCollectivesPassed(t, runGorun(t, 90*time.Second, nil, "-np", "3",
 		"-x", "GORUN_COLL_TRANSPORT=tcp", "-x", "GORUN_COLL_IFACE==lo", bin), 3, "tcp", 1)
 	checkCollectivesPassed(t, runGorun(t, 90*time.Second, nil, "-np", "1", bin), 1, "self", 1)
+	// Large messages read from the sender's memory (process_vm_readv).
+	checkCollectivesPassed(t, runGorun(t, 90*time.Second, nil, "-np", "3", "-x", "GORUN_COLL_CMA=1", bin), 3, "shm", 1)
 }
 
 // checkPeerKilled checks a `die` run: every surviving rank's collective

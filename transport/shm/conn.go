@@ -27,6 +27,7 @@ type endpoint struct {
 	t        *Transport
 	op       string // "isend" or "irecv", for errors
 	peer     string
+	pid      int // the peer's process, for process_vm_readv
 	sock     *net.UnixConn
 	seg      *segment
 	bell     *doorbell
@@ -63,8 +64,9 @@ type side interface {
 }
 
 func newEndpoint(t *Transport, op string, sock *net.UnixConn, seg *segment, bell *doorbell, peerBell int, my, theirs int) endpoint {
+	pid := peerPID(sock)
 	return endpoint{
-		t: t, op: op, peer: fmt.Sprintf("pid %d", peerPID(sock)),
+		t: t, op: op, peer: fmt.Sprintf("pid %d", pid), pid: pid,
 		sock: sock, seg: seg, bell: bell, peerBell: peerBell,
 		myFlag: seg.u32(my), peerFlag: seg.u32(theirs),
 		maxReq: t.opts.MaxRequests, spin: t.opts.Spin,
@@ -346,7 +348,8 @@ type sendReq struct {
 	zc       bool   // the receiver reads buf from the region
 	region   uint64 // and where
 	off      uint64
-	limit    int // bytes the receiver takes
+	cma      bool // the receiver reads buf from this process (process_vm_readv)
+	limit    int  // bytes the receiver takes
 	sent     int
 }
 
@@ -454,6 +457,10 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	case m != nil && m.region != nil && len(buf) > c.eager:
 		r.zc, r.region = true, m.region.ID()
 		r.off = uint64(m.off) + uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))-uintptr(unsafe.Pointer(unsafe.SliceData(m.buf))))
+	case len(buf) > c.eager && c.t.opts.CMA:
+		// One copy, by the receiver, straight from buf; it falls back to
+		// asking for the ring (CTS) where the kernel does not let it.
+		r.cma = true
 	case len(buf) <= c.eager && c.eagerSent+cost-atomic.LoadUint64(c.consumed) <= eagerWindow:
 		r.eager = true
 		c.eagerSent += cost
@@ -486,6 +493,10 @@ func (c *sendConn) flush() bool {
 			var p [16]byte
 			binary.LittleEndian.PutUint64(p[0:], r.region)
 			binary.LittleEndian.PutUint64(p[8:], r.off)
+			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
+		case r.cma:
+			var p [8]byte
+			binary.LittleEndian.PutUint64(p[:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.buf)))))
 			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
 		default:
 			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), nil)
@@ -539,13 +550,14 @@ func (c *sendConn) poll() bool {
 				err = fmt.Errorf("%w: answer for unknown message %d", transport.ErrProtocol, x.a)
 			case x.typ == recCTS && !r.zc && x.b <= uint64(len(r.buf)):
 				delete(c.rdv, x.a)
+				r.cma = false // the receiver could not read it: stream it
 				r.limit = int(x.b)
 				if r.limit == 0 {
 					c.complete(r)
 				} else {
 					c.streaming = append(c.streaming, r)
 				}
-			case x.typ == recFIN && r.zc:
+			case x.typ == recFIN && (r.zc || r.cma):
 				delete(c.rdv, x.a)
 				c.complete(r)
 			default:
@@ -646,6 +658,7 @@ type recvReq struct {
 	got    int
 	region uint64 // zero copy: the region and the bytes to copy
 	zsrc   []byte
+	cma    uint64 // or the address of the bytes in the sender's process
 }
 
 // inbound is a message that arrived before its receive.
@@ -657,6 +670,7 @@ type inbound struct {
 	zc     bool
 	region uint64
 	off    uint64
+	cma    uint64 // the sender's address of the message (process_vm_readv), 0: none
 }
 
 var _ transport.RecvConn = (*recvConn)(nil)
@@ -761,6 +775,9 @@ func (c *recvConn) startRdv(r *recvReq, u *inbound) {
 		}
 		r.region, r.zsrc = u.region, src[u.off:u.off+uint64(r.want)]
 		c.zjobs = append(c.zjobs, r)
+	case u.cma != 0 && r.want > 0:
+		r.cma = u.cma
+		c.zjobs = append(c.zjobs, r)
 	default:
 		c.ctrl(recCTS, u.seq, uint64(r.want))
 		if r.want == 0 {
@@ -769,6 +786,35 @@ func (c *recvConn) startRdv(r *recvReq, u *inbound) {
 			c.active[u.seq] = r
 		}
 	}
+}
+
+// readPeer copies len(dst) bytes at addr in the sender's process into dst
+// with process_vm_readv: one copy, where the ring takes two.
+func (c *recvConn) readPeer(dst []byte, addr uint64) error {
+	local := []unix.Iovec{{Base: &dst[0]}}
+	local[0].SetLen(len(dst))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
+	for done := 0; done < len(dst); {
+		n, err := unix.ProcessVMReadv(c.pid, local, remote, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("process_vm_readv read %d bytes", n)
+		}
+		done += n
+		if done == len(dst) {
+			break
+		}
+		local[0].Base = &dst[done]
+		local[0].SetLen(len(dst) - done)
+		remote[0].Base += uintptr(n)
+		remote[0].Len -= n
+	}
+	return nil
 }
 
 // ctrl sends a control record to the sender, or queues it.
@@ -825,7 +871,25 @@ func (c *recvConn) poll() bool {
 			c.finish(r, 0, c.opErr("irecv", fmt.Errorf("%w: closed by peer during the transfer", transport.ErrPeerLost)))
 		} else {
 			n := min(zcopyStep, r.want-r.got)
-			copy(r.buf[r.got:r.got+n], r.zsrc[r.got:r.got+n])
+			if r.cma != 0 {
+				if err := c.readPeer(r.buf[r.got:r.got+n], r.cma+uint64(r.got)); err != nil {
+					if r.got > 0 {
+						c.dieLocked(c.opErr("irecv", fmt.Errorf("reading message %d from the sender: %w", r.seq, err)))
+						return false
+					}
+					// The kernel does not let this process read the
+					// sender's (another user, a container, ptrace
+					// rules): have the message streamed through the ring.
+					c.zjobs[0] = nil
+					c.zjobs = c.zjobs[1:]
+					r.cma = 0
+					c.ctrl(recCTS, r.seq, uint64(r.want))
+					c.active[r.seq] = r
+					return true
+				}
+			} else {
+				copy(r.buf[r.got:r.got+n], r.zsrc[r.got:r.got+n])
+			}
 			r.got += n
 		}
 		if !r.Pending() || r.got == r.want {
@@ -876,6 +940,11 @@ func (c *recvConn) record(x rec) error {
 			u.zc = true
 			u.region = binary.LittleEndian.Uint64(x.payload[0:])
 			u.off = binary.LittleEndian.Uint64(x.payload[8:])
+		case 8:
+			u.cma = binary.LittleEndian.Uint64(x.payload)
+			if u.cma == 0 {
+				return fmt.Errorf("%w: RTS record with a null address", transport.ErrProtocol)
+			}
 		default:
 			return fmt.Errorf("%w: RTS record with %d bytes", transport.ErrProtocol, len(x.payload))
 		}

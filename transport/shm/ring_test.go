@@ -235,3 +235,79 @@ func TestZeroCopyPath(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// pair connects two transports made with opts and returns the two sides.
+func pair(t *testing.T, opts Options) (*sendConn, *recvConn) {
+	t.Helper()
+	a, _ := New(opts)
+	b, _ := New(opts)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	l, err := b.Listen(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	acc := make(chan transport.RecvConn, 1)
+	go func() {
+		rc, err := l.Accept(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		acc <- rc
+	}()
+	sc, err := a.Connect(t.Context(), l.Handle())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc.(*sendConn), (<-acc).(*recvConn)
+}
+
+// TestCMAPath checks how a large send from ordinary memory travels: read
+// by the receiver from the sender (one RTS record in the ring), through
+// the ring when the kernel refuses that read (here: a process that does
+// not exist), and through the ring without CMA (the default).
+func TestCMAPath(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     Options
+		badPID   bool
+		wantRing bool
+	}{
+		{"cma", Options{CMA: true}, false, false},
+		{"refused", Options{CMA: true}, true, true},
+		{"off", Options{}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, rc := pair(t, tc.opts)
+			if tc.badPID {
+				rc.mu.Lock()
+				rc.pid = 1<<22 - 3 // above pid_max's default: no such process
+				rc.mu.Unlock()
+			}
+			src := make([]byte, 3<<20+5)
+			for i := range src {
+				src[i] = byte(i * 13)
+			}
+			dst := make([]byte, len(src))
+			before := *sc.seg.data.head
+			rr, _ := rc.Irecv(dst, 1, nil)
+			sr, err := sc.Isend(src, 1, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sr.Wait(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := rr.Wait(t.Context()); err != nil || n != len(src) {
+				t.Fatalf("received %d, %v", n, err)
+			}
+			if !bytes.Equal(src, dst) {
+				t.Fatal("data differs")
+			}
+			used := *sc.seg.data.head - before
+			if tc.wantRing != (used > uint64(len(src))) {
+				t.Errorf("the message took %d bytes of the ring (want it through the ring: %v)", used, tc.wantRing)
+			}
+		})
+	}
+}
