@@ -8,7 +8,8 @@
  * every rank prints one line with its rank, the size and its node's size
  * (MPI_COMM_TYPE_SHARED). Arguments choose a failure instead:
  *   abort R      rank R calls MPI_Abort(MPI_COMM_WORLD, 7) after MPI_Init
- *   early R      rank R returns 0 after MPI_Init, without MPI_Finalize
+ *   early R      rank R returns 0 after MPI_Init and a barrier, without
+ *                MPI_Finalize
  *   crash R      rank R dies of SIGSEGV as MPI_Init starts, the others
  *                being inside MPI_Init (R is read from GORUN_RANK)
  *   late R       rank R sleeps a minute before MPI_Init (a rank that never
@@ -38,8 +39,13 @@ int main(int argc, char **argv) {
 	MPI_Comm_size(MPI_COMM_WORLD, &size);
 	if (rank == victim && strcmp(mode, "abort") == 0)
 		MPI_Abort(MPI_COMM_WORLD, 7);
-	if (rank == victim && strcmp(mode, "early") == 0)
+	if (rank == victim && strcmp(mode, "early") == 0) {
+		/* Past a barrier every rank is out of MPI_Init, whose wire-up
+		 * (UCX connects to every peer) would otherwise fail on the
+		 * victim's exit and race it as the first failure. */
+		MPI_Barrier(MPI_COMM_WORLD);
 		return 0;
+	}
 
 	MPI_Barrier(MPI_COMM_WORLD);
 
