@@ -117,9 +117,10 @@ type Communicator struct {
 	watched   map[int]bool
 	cur       *task
 
-	arena      arena  // scratch of the running operation
-	release    func() // closes what Init opened for the world communicator
-	transports string // what Init connected with ("shm+tcp"), "" for New
+	arena      arena       // scratch of the running operation
+	timer      *time.Timer // the running operation's timeout
+	release    func()      // closes what Init opened for the world communicator
+	transports string      // what Init connected with ("shm+tcp"), "" for New
 }
 
 // New returns the Communicator of rank among size ranks, communicating
@@ -216,6 +217,9 @@ func (c *Communicator) Close() error {
 	}
 	c.closed = true
 	tail := c.tail
+	if c.cur != nil {
+		c.cur.cancel(ErrClosed)
+	}
 	c.mu.Unlock()
 	c.cancel(ErrClosed)
 	<-tail
@@ -452,6 +456,28 @@ func (c *Communicator) runAsync(ctx context.Context, name string, cl call) *Requ
 
 var errOpTimeout = errors.New("operation timed out")
 
+// armTimeout starts the timeout of operation o; c.mu is held.
+func (c *Communicator) armTimeout(o *task) {
+	o.start = time.Now()
+	if c.timer == nil {
+		c.timer = time.AfterFunc(c.timeout, c.timedOut)
+	} else {
+		c.timer.Reset(c.timeout)
+	}
+}
+
+// timedOut cancels the running operation if its time is up (the timer
+// may fire late, for an operation that has ended since).
+func (c *Communicator) timedOut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o := c.cur; o != nil && time.Since(o.start) >= c.timeout {
+		o.cancel(errOpTimeout)
+	} else if o != nil {
+		c.timer.Reset(c.timeout - time.Since(o.start))
+	}
+}
+
 // The phases of the barriers of Options.Strict.
 const (
 	strictBefore = 254
@@ -490,16 +516,15 @@ func (o *task) call(cl call) error {
 }
 
 func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl call) error {
+	// The operation's context ends with the caller's, at Close (which
+	// cancels c.cur) and at the timeout, kept by one timer per
+	// communicator: no timer, no second context per operation.
 	octx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stop := context.AfterFunc(c.ctx, func() { cancel(context.Cause(c.ctx)) })
-	defer stop()
-	tctx, tcancel := context.WithTimeoutCause(octx, c.timeout, errOpTimeout)
-	defer tcancel()
 	hdr := cl.hdr
 	hdr.class = classData
 	hdr.seq = seq
-	o := &task{c: c, ctx: tctx, cancel: cancel, name: name, seq: seq, tag: c.tag(classData, seq), hdr: hdr}
+	o := &task{c: c, ctx: octx, cancel: cancel, name: name, seq: seq, tag: c.tag(classData, seq), hdr: hdr}
 
 	c.mu.Lock()
 	var err error
@@ -517,6 +542,7 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 	if err == nil {
 		c.cur = o
 		c.arena.reset()
+		c.armTimeout(o)
 	}
 	c.mu.Unlock()
 	if err == nil {
@@ -528,6 +554,7 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 		o.finish()
 		c.mu.Lock()
 		c.cur = nil
+		c.timer.Stop()
 		if err == nil {
 			c.completed = seq
 		}

@@ -70,6 +70,9 @@ type xfer struct {
 	once sync.Once
 	n    int
 	err  error
+
+	one  [1][]byte            // parts of a combined message
+	reqa [2]transport.Request // backing of reqs for the common cases
 }
 
 func failed(err error) *xfer {
@@ -245,6 +248,7 @@ func total(bufs [][]byte) int {
 func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
 	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
+	x.reqs = x.reqa[:0]
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = stagePool.Get().(*[]byte)
@@ -252,12 +256,16 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 		for _, p := range bufs {
 			b = append(b, p...)
 		}
-		parts = [][]byte{b}
+		x.one[0] = b
+		parts = x.one[:]
 	}
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	for _, p := range parts {
-		r, err := retry(ctx, func() (transport.Request, error) { return l.send.Isend(p, tag, nil) })
+		r, err := l.send.Isend(p, tag, nil)
+		if errors.Is(err, transport.ErrWouldBlock) {
+			r, err = retrySend(ctx, l.send, p, tag)
+		}
 		if err != nil {
 			return x.start(err)
 		}
@@ -270,16 +278,21 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
 	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
+	x.reqs = x.reqa[:0]
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = stagePool.Get().(*[]byte)
 		x.bufs = bufs
-		parts = [][]byte{(*x.stage)[:total(bufs)]}
+		x.one[0] = (*x.stage)[:total(bufs)]
+		parts = x.one[:]
 	}
 	l.rmu.Lock()
 	defer l.rmu.Unlock()
 	for _, p := range parts {
-		r, err := retry(ctx, func() (transport.Request, error) { return l.recv.Irecv(p, tag, nil) })
+		r, err := l.recv.Irecv(p, tag, nil)
+		if errors.Is(err, transport.ErrWouldBlock) {
+			r, err = retryRecv(ctx, l.recv, p, tag)
+		}
 		if err != nil {
 			return x.start(err)
 		}
@@ -300,7 +313,16 @@ func (x *xfer) start(err error) *xfer {
 	return failed(err)
 }
 
-// retry calls start until it does not fail with ErrWouldBlock (the
+func retrySend(ctx context.Context, c transport.SendConn, b []byte, tag uint64) (transport.Request, error) {
+	return retry(ctx, func() (transport.Request, error) { return c.Isend(b, tag, nil) })
+}
+
+func retryRecv(ctx context.Context, c transport.RecvConn, b []byte, tag uint64) (transport.Request, error) {
+	return retry(ctx, func() (transport.Request, error) { return c.Irecv(b, tag, nil) })
+}
+
+// retry calls start, after a first try failed with ErrWouldBlock, until it
+// does not fail with ErrWouldBlock (the
 // connection's requests in flight are at their limit) or ctx ends.
 func retry(ctx context.Context, start func() (transport.Request, error)) (transport.Request, error) {
 	for wait := time.Microsecond; ; wait = min(2*wait, time.Millisecond) {

@@ -19,6 +19,7 @@ type task struct {
 	hdr      header   // kind, dtype, op, root, count, seq; algo and phase as they run
 	step     []uint32 // per peer and direction: messages so far in this phase
 	inflight []*msg
+	start    time.Time // when the operation started running (its timeout)
 }
 
 // msg is one message in flight.
