@@ -205,11 +205,7 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	}
 	c.mu.Unlock()
 	if inline {
-		if err := c.ws[0].writeReserved(j); err != nil {
-			c.writeFailed(err)
-		} else {
-			c.wrote(r)
-		}
+		c.ws[0].writeReserved(j)
 	}
 	return r, nil
 }

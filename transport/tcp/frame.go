@@ -76,7 +76,8 @@ type writer struct {
 	mu     sync.Mutex
 	q      []job
 	stop   bool
-	busy   bool // a write is in progress, by run or by a caller (reserve)
+	busy   bool           // a write is in progress, by run or by a caller (reserve)
+	inline sync.WaitGroup // writes by callers in progress
 	wake   chan struct{}
 	exited chan struct{}
 }
@@ -115,17 +116,29 @@ func (w *writer) reserve() bool {
 		return false
 	}
 	w.busy = true
+	w.inline.Add(1) // halt waits for it, as for the writer's goroutine
 	return true
 }
 
-// writeReserved writes j after reserve, then lets the writer go on with
+// writeReserved writes j after reserve and reports it done (or the
+// connection failed) before it lets halt return, so that a request whose
+// bytes left is never failed by the teardown; then the writer goes on with
 // what was queued meanwhile.
-func (w *writer) writeReserved(j job) error {
+func (w *writer) writeReserved(j job) {
+	defer w.inline.Done()
 	bufs := net.Buffers{j.hdr[:]}
 	if len(j.data) > 0 {
 		bufs = append(bufs, j.data)
 	}
 	_, err := bufs.WriteTo(w.c)
+	if afterInlineWrite != nil {
+		afterInlineWrite()
+	}
+	if err != nil {
+		w.fail(err)
+	} else if j.req != nil {
+		w.done(j.req)
+	}
 	w.mu.Lock()
 	w.busy = false
 	more := len(w.q) > 0 || w.stop
@@ -133,8 +146,12 @@ func (w *writer) writeReserved(j job) error {
 	if more {
 		w.signal()
 	}
-	return err
 }
+
+// afterInlineWrite, when set (by tests), runs between an inline write and
+// its completion: the window in which a teardown could fail a request
+// whose bytes already left.
+var afterInlineWrite func()
 
 // maxBatch bounds the jobs one writev carries.
 const maxBatch = 64
@@ -199,4 +216,5 @@ func (w *writer) halt(grace time.Duration) {
 	}
 	w.c.SetWriteDeadline(time.Now().Add(grace))
 	<-w.exited
+	w.inline.Wait()
 }

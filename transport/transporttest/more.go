@@ -622,3 +622,41 @@ func (s *suite) checkLeaks(t *testing.T) {
 		t.Errorf("%d goroutines of %s left after every transport closed:\n%s", len(left), pkg, strings.Join(left, "\n\n"))
 	}
 }
+
+// testDeliveredThenClosed: a message that its receiver got completes its
+// send without an error, even when the receiver closes the connection at
+// once (as a rank that has what it needs and exits does). The teardown
+// that the close sets off on the sender's side must not fail a send whose
+// bytes already left. A race, so many rounds, small and large.
+func (s *suite) testDeliveredThenClosed(t *testing.T) {
+	a, b := s.transport(t), s.transport(t)
+	ctx := ctxFor(t, opTimeout)
+	for round := range 100 {
+		size := 8
+		if round%4 == 3 {
+			size = 256 << 10
+		}
+		sc, rc := connect(t, a, b)
+		src, dst := make([]byte, size), make([]byte, size)
+		fill(src, uint64(round))
+		rr, err := rc.Irecv(dst, 5, nil)
+		if err != nil {
+			t.Fatalf("Irecv: %v", err)
+		}
+		sr, err := sc.Isend(src, 5, nil)
+		if err != nil {
+			t.Fatalf("Isend: %v", err)
+		}
+		if _, err := rr.Wait(ctx); err != nil {
+			t.Fatalf("round %d: receive: %v", round, err)
+		}
+		rc.Close()
+		if n, err := sr.Wait(ctx); err != nil || n != size {
+			t.Fatalf("round %d: the send of a delivered %d-byte message: %d, %v", round, size, n, err)
+		}
+		if err := check(dst, uint64(round)); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		sc.Close()
+	}
+}

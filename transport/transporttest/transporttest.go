@@ -57,6 +57,7 @@ func Run(t *testing.T, newTransport func(t *testing.T) transport.Transport) {
 		{"WouldBlock", s.testWouldBlock},
 		{"Close", s.testClose},
 		{"PeerClose", s.testPeerClose},
+		{"DeliveredThenClosed", s.testDeliveredThenClosed},
 		{"Process", s.testProcess},
 	} {
 		t.Run(tc.name, tc.f)
