@@ -119,6 +119,8 @@ type Communicator struct {
 
 	arena      arena       // scratch of the running operation
 	timer      *time.Timer // the running operation's timeout
+	steps      []uint32    // the running operation's step counters
+	flight     []*msg      // and its messages in flight
 	release    func()      // closes what Init opened for the world communicator
 	transports string      // what Init connected with ("shm+tcp"), "" for New
 }
@@ -543,6 +545,10 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 		c.cur = o
 		c.arena.reset()
 		c.armTimeout(o)
+		if c.steps == nil {
+			c.steps = make([]uint32, 2*c.size)
+		}
+		o.step, o.inflight = c.steps, c.flight // reused: one operation runs at a time
 	}
 	c.mu.Unlock()
 	if err == nil {
@@ -555,6 +561,7 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 		c.mu.Lock()
 		c.cur = nil
 		c.timer.Stop()
+		c.flight = o.inflight
 		if err == nil {
 			c.completed = seq
 		}

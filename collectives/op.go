@@ -28,6 +28,7 @@ type msg struct {
 	peer int // comm rank
 	recv bool
 	hbuf []byte
+	hb   [hdrLen]byte // hbuf's memory: one allocation per message
 	want header
 	data []byte
 	done bool
@@ -89,7 +90,8 @@ func (o *task) send(g group, to int, data []byte) *msg {
 	peer := g.ranks[to]
 	h := o.hdr
 	h.step = o.nextStep(peer, false)
-	m := &msg{peer: peer, hbuf: make([]byte, hdrLen), data: data}
+	m := &msg{peer: peer, data: data}
+	m.hbuf = m.hb[:]
 	h.put(m.hbuf)
 	o.c.watch(peer)
 	m.req = o.c.p2p.Isend(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
@@ -99,7 +101,8 @@ func (o *task) send(g group, to int, data []byte) *msg {
 
 func (o *task) recv(g group, from int, data []byte) *msg {
 	peer := g.ranks[from]
-	m := &msg{peer: peer, recv: true, hbuf: make([]byte, hdrLen), want: o.hdr, data: data}
+	m := &msg{peer: peer, recv: true, want: o.hdr, data: data}
+	m.hbuf = m.hb[:]
 	m.want.step = o.nextStep(peer, true)
 	o.c.watch(peer)
 	m.req = o.c.p2p.Irecv(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
@@ -205,7 +208,8 @@ func (o *task) finish() {
 			m.done = true
 		}
 	}
-	o.inflight = nil
+	clear(o.inflight)
+	o.inflight = o.inflight[:0]
 }
 
 // sendrecv sends to one index and receives from another, and waits for
