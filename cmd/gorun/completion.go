@@ -29,7 +29,7 @@ _gorun() {
         %s) return ;;
     esac
     if [[ $COMP_CWORD -eq 1 && "$cur" != -* ]]; then
-        COMPREPLY=($(compgen -W "config completion" -- "$cur") $(compgen -c -- "$cur"))
+        COMPREPLY=($(compgen -W "check topo bench config completion" -- "$cur") $(compgen -c -- "$cur"))
     elif [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "%s" -- "$cur"))
     else
