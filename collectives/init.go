@@ -298,6 +298,9 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 			h := [2][]byte{recs[r].TCP, recs[r].SHM}[k]
 			if h == nil {
 				why := [2]string{recs[r].TCPErr, recs[r].SHMErr}[k]
+				if why == "" {
+					why = "it did not listen on " + names[k] + " (is " + EnvTransport + " the same on every rank?)"
+				}
 				fail(fmt.Errorf("collectives: init: rank %d (host %d) has no %s address: %s", r, e.hosts[r], names[k], why))
 				return
 			}

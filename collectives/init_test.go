@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,5 +257,32 @@ func BenchmarkInitAllReduce(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// Ranks that disagree on the transport fail at Init with an error that
+// says so, instead of waiting for a connection that never comes.
+func TestInitTransportDisagreement(t *testing.T) {
+	t.Parallel()
+	kv := newMemKV(2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			tr := []string{"tcp", "auto"}[r]
+			c, err := collectives.InitWith(ctx, collectives.Setup{Rank: r, Size: 2, Hosts: 1, KV: kv, Transport: tr, Iface: "=lo"}, nil)
+			if err == nil {
+				c.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 (host 0) has no tcp address: it did not listen on tcp") {
+		t.Errorf("rank 0: %v", errs[0])
 	}
 }
