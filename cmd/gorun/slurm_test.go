@@ -98,6 +98,8 @@ func TestSlurmExamples(t *testing.T) {
 			"rank 2 on node02 CUDA_VISIBLE_DEVICES=0", "rank 3 on node02 CUDA_VISIBLE_DEVICES=1"}},
 		{"torch.sbatch", []string{"rank 0/4 weights sha256=", "rank 3/4 weights sha256="}},
 		{"mpi.sbatch", []string{"PASS", "rank 0 of 4 node 2", "rank 3 of 4 node 2"}},
+		{"bench.sbatch", []string{"# Ranks                : 4", "# Hosts                : 2", "# Transport            : shm+tcp",
+			"allreduce", "# Out of bounds values : 0"}},
 	} {
 		t.Run(tt.file, func(t *testing.T) {
 			src, err := os.ReadFile(filepath.Join("../../examples/slurm", tt.file))
