@@ -89,7 +89,20 @@ func (x *xfer) Wait() (int, error) {
 
 func (x *xfer) wait() {
 	total, i := 0, 0
-	if x.e != nil && len(x.e.pollers) > 0 {
+	// What is done already (an eager send, a message that had arrived)
+	// needs no spin.
+	for ; i < len(x.reqs); i++ {
+		done, n, err := x.reqs[i].Test()
+		if !done {
+			break
+		}
+		total += n
+		if err != nil {
+			x.end(total, err)
+			return
+		}
+	}
+	if i < len(x.reqs) && x.e != nil && len(x.e.pollers) > 0 {
 		// Spin, making progress on every connection that can be polled,
 		// not only this transfer's: while this rank waits for a receive,
 		// its sends to other peers (and the rendezvous answers they
