@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/internal/mr"
 	"github.com/gorun/gorun/transport/internal/request"
 	"github.com/gorun/gorun/transport/internal/tagq"
 )
@@ -245,7 +246,7 @@ func (e *endpoint) monitor() {
 	unix.Close(e.peerBell)
 	e.peerBell = -1
 	e.mu.Unlock()
-	e.t.untrack(e.closer())
+	e.t.conns.Remove(e.closer())
 	close(e.finished)
 }
 
@@ -267,57 +268,6 @@ func (e *endpoint) Close() error {
 	})
 	<-e.finished
 	return nil
-}
-
-// memHandle is a registration. On the send side, memory inside a Region
-// was passed to the peer, which can then read it directly.
-type memHandle struct {
-	owner    any
-	buf      []byte
-	region   *transport.Region
-	off      int // buf's offset in region
-	uses     atomic.Int64
-	released atomic.Bool
-}
-
-// Bytes implements transport.MemHandle.
-func (m *memHandle) Bytes() []byte { return m.buf }
-
-func checkMR(owner any, mh transport.MemHandle, buf []byte) (*memHandle, error) {
-	if mh == nil {
-		return nil, nil
-	}
-	m, ok := mh.(*memHandle)
-	switch {
-	case !ok || m.owner != owner:
-		return nil, fmt.Errorf("shm: %w: not registered on this connection", transport.ErrBadMemHandle)
-	case m.released.Load():
-		return nil, fmt.Errorf("shm: %w: released", transport.ErrBadMemHandle)
-	case !transport.Contains(m.buf, buf):
-		return nil, fmt.Errorf("shm: %w: buffer outside the registered memory", transport.ErrBadMemHandle)
-	}
-	return m, nil
-}
-
-func releaseMR(owner any, mh transport.MemHandle) (*memHandle, error) {
-	m, ok := mh.(*memHandle)
-	if !ok || m.owner != owner {
-		return nil, fmt.Errorf("shm: deregmr: %w: not registered on this connection", transport.ErrBadMemHandle)
-	}
-	if n := m.uses.Load(); n > 0 {
-		return nil, fmt.Errorf("shm: deregmr: %w: %d requests in flight use it", transport.ErrBadMemHandle, n)
-	}
-	if !m.released.CompareAndSwap(false, true) {
-		return nil, fmt.Errorf("shm: deregmr: %w: already released", transport.ErrBadMemHandle)
-	}
-	return m, nil
-}
-
-func truncated(size, n int) error {
-	if size <= n {
-		return nil
-	}
-	return fmt.Errorf("shm: %w: %d-byte message, %d-byte buffer", transport.ErrTruncated, size, n)
 }
 
 // sendConn is the send side: it produces the data ring and consumes the
@@ -343,7 +293,7 @@ type sendReq struct {
 	*request.Request
 	seq, tag uint64
 	buf      []byte
-	mh       *memHandle
+	mh       *mr.Handle
 	eager    bool
 	zc       bool   // the receiver reads buf from the region
 	region   uint64 // and where
@@ -372,7 +322,7 @@ func newSendConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 
 // RegMr implements transport.Conn. Memory inside a transport.Region is passed to the receiver (its memfd, once per region and connection), which maps it read-only and then copies messages straight out of it.
 func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	m := &memHandle{owner: c, buf: buf}
+	m := &mr.Handle{Owner: c, Buf: buf}
 	reg, off, ok := transport.FindRegion(buf)
 	if !ok {
 		return m, nil
@@ -388,7 +338,7 @@ func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
 	if n := c.shared[id]; n > 0 {
 		c.shared[id] = n + 1
 		c.mu.Unlock()
-		m.region, m.off = reg, off
+		m.Region, m.Off = reg, off
 		return m, nil
 	}
 	c.mu.Unlock()
@@ -411,17 +361,17 @@ func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
 	c.mu.Lock()
 	c.shared[id]++
 	c.mu.Unlock()
-	m.region, m.off = reg, off
+	m.Region, m.Off = reg, off
 	return m, nil
 }
 
 // DeregMr implements transport.Conn.
 func (c *sendConn) DeregMr(mh transport.MemHandle) error {
-	m, err := releaseMR(c, mh)
-	if err != nil || m.region == nil {
+	m, err := mr.Release("shm", c, mh)
+	if err != nil || m.Region == nil {
 		return err
 	}
-	id := m.region.ID()
+	id := m.Region.ID()
 	c.mu.Lock()
 	c.shared[id]--
 	last := c.shared[id] == 0
@@ -438,7 +388,7 @@ func (c *sendConn) DeregMr(mh transport.MemHandle) error {
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := checkMR(c, mh, buf)
+	m, err := mr.Check("shm", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -454,9 +404,9 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	r := &sendReq{seq: c.seq, tag: tag, buf: buf, mh: m}
 	cost := uint64(len(buf) + eagerOverhead)
 	switch {
-	case m != nil && m.region != nil && len(buf) > c.eager:
-		r.zc, r.region = true, m.region.ID()
-		r.off = uint64(m.off) + uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))-uintptr(unsafe.Pointer(unsafe.SliceData(m.buf))))
+	case m != nil && m.Region != nil && len(buf) > c.eager:
+		r.zc, r.region = true, m.Region.ID()
+		r.off = uint64(m.Off) + uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))-uintptr(unsafe.Pointer(unsafe.SliceData(m.Buf))))
 	case len(buf) > c.eager && c.t.opts.CMA:
 		// One copy, by the receiver, straight from buf; it falls back to
 		// asking for the ring (CTS) where the kernel does not let it.
@@ -472,7 +422,7 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	r.Request = request.New(c)
 	c.pending[r.seq] = r
 	if m != nil {
-		m.uses.Add(1)
+		m.Uses.Add(1)
 	}
 	c.out = append(c.out, r)
 	c.flush()
@@ -523,7 +473,7 @@ func (c *sendConn) flush() bool {
 func (c *sendConn) complete(r *sendReq) {
 	delete(c.pending, r.seq)
 	if r.mh != nil {
-		r.mh.uses.Add(-1)
+		r.mh.Uses.Add(-1)
 	}
 	r.Complete(len(r.buf), nil)
 }
@@ -619,7 +569,7 @@ func (c *sendConn) peerGone() {}
 func (c *sendConn) failAll(err error) {
 	for _, r := range c.pending {
 		if r.mh != nil {
-			r.mh.uses.Add(-1)
+			r.mh.Uses.Add(-1)
 		}
 		r.Complete(0, err)
 	}
@@ -651,7 +601,7 @@ type recvConn struct {
 type recvReq struct {
 	*request.Request
 	buf    []byte
-	mh     *memHandle
+	mh     *mr.Handle
 	seq    uint64
 	size   int // the message's size
 	want   int // the bytes of it that land in buf
@@ -689,18 +639,18 @@ func newRecvConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 
 // RegMr implements transport.Conn.
 func (c *recvConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &memHandle{owner: c, buf: buf}, nil
+	return &mr.Handle{Owner: c, Buf: buf}, nil
 }
 
 // DeregMr implements transport.Conn.
 func (c *recvConn) DeregMr(mh transport.MemHandle) error {
-	_, err := releaseMR(c, mh)
+	_, err := mr.Release("shm", c, mh)
 	return err
 }
 
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := checkMR(c, mh, buf)
+	m, err := mr.Check("shm", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -720,7 +670,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.held -= u.size + eagerOverhead
 		n := copy(buf, u.data)
 		c.consume(u.size)
-		return request.Done(n, truncated(u.size, n)), nil
+		return request.Done(n, mr.Truncated("shm", u.size, n)), nil
 	} else if ok {
 		r := c.add(buf, m)
 		c.startRdv(r, u)
@@ -733,11 +683,11 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	return r, nil
 }
 
-func (c *recvConn) add(buf []byte, m *memHandle) *recvReq {
+func (c *recvConn) add(buf []byte, m *mr.Handle) *recvReq {
 	r := &recvReq{Request: request.New(c), buf: buf, mh: m}
 	c.pending[r] = struct{}{}
 	if m != nil {
-		m.uses.Add(1)
+		m.Uses.Add(1)
 	}
 	return r
 }
@@ -748,7 +698,7 @@ func (c *recvConn) finish(r *recvReq, n int, err error) {
 	}
 	delete(c.pending, r)
 	if r.mh != nil {
-		r.mh.uses.Add(-1)
+		r.mh.Uses.Add(-1)
 	}
 	r.Complete(n, err)
 }
@@ -781,7 +731,7 @@ func (c *recvConn) startRdv(r *recvReq, u *inbound) {
 	default:
 		c.ctrl(recCTS, u.seq, uint64(r.want))
 		if r.want == 0 {
-			c.finish(r, 0, truncated(r.size, 0))
+			c.finish(r, 0, mr.Truncated("shm", r.size, 0))
 		} else {
 			c.active[u.seq] = r
 		}
@@ -897,7 +847,7 @@ func (c *recvConn) poll() bool {
 			c.zjobs = c.zjobs[1:]
 			if r.Pending() {
 				c.ctrl(recFIN, r.seq, 0)
-				c.finish(r, r.want, truncated(r.size, r.want))
+				c.finish(r, r.want, mr.Truncated("shm", r.size, r.want))
 			}
 		}
 	}
@@ -923,7 +873,7 @@ func (c *recvConn) record(x rec) error {
 		}
 		if r, ok := c.posted.Pop(x.a); ok {
 			n := copy(r.buf, x.payload)
-			c.finish(r, n, truncated(size, n))
+			c.finish(r, n, mr.Truncated("shm", size, n))
 			c.consume(size)
 			return nil
 		}
@@ -964,7 +914,7 @@ func (c *recvConn) record(x rec) error {
 		r.got += copy(r.buf[r.got:], x.payload)
 		if r.got == r.want {
 			delete(c.active, x.a)
-			c.finish(r, r.want, truncated(r.size, r.want))
+			c.finish(r, r.want, mr.Truncated("shm", r.size, r.want))
 		}
 	default:
 		return fmt.Errorf("%w: data record of type %d", transport.ErrProtocol, x.typ)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/internal/closers"
 )
 
 // Defaults for the zero Options.
@@ -71,9 +72,7 @@ type Options struct {
 type Transport struct {
 	opts Options
 
-	mu     sync.Mutex
-	closed bool
-	open   map[io.Closer]struct{}
+	conns closers.Set // listeners and connections, closed by Close
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -96,7 +95,7 @@ func New(opts Options) (*Transport, error) {
 	if opts.Spin == 0 {
 		opts.Spin = DefaultSpin
 	}
-	return &Transport{opts: opts, open: make(map[io.Closer]struct{})}, nil
+	return &Transport{opts: opts}, nil
 }
 
 // Info implements transport.Transport.
@@ -104,35 +103,9 @@ func (t *Transport) Info() transport.Info {
 	return transport.Info{Name: "shm", EagerLimit: t.opts.EagerLimit, MaxRequests: t.opts.MaxRequests, ZeroCopy: true}
 }
 
-func (t *Transport) track(c io.Closer) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return transport.ErrClosed
-	}
-	t.open[c] = struct{}{}
-	return nil
-}
-
-func (t *Transport) untrack(c io.Closer) {
-	t.mu.Lock()
-	delete(t.open, c)
-	t.mu.Unlock()
-}
-
 // Close implements transport.Transport.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	t.closed = true
-	open := t.open
-	t.open = map[io.Closer]struct{}{}
-	t.mu.Unlock()
-	var wg sync.WaitGroup
-	for c := range open {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
+	t.conns.CloseAll()
 	return nil
 }
 
@@ -299,7 +272,7 @@ func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 		hellos: make(map[*net.UnixConn]struct{}),
 		done:   make(chan struct{}),
 	}
-	if err := t.track(l); err != nil {
+	if err := t.conns.Add(l); err != nil {
 		ln.Close()
 		return nil, err
 	}
@@ -406,7 +379,7 @@ func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
 	select {
 	case rc := <-l.ready:
 		rc.start()
-		if err := l.t.track(rc); err != nil {
+		if err := l.t.conns.Add(rc); err != nil {
 			rc.Close()
 			return nil, fmt.Errorf("shm: accept: %w", err)
 		}
@@ -430,7 +403,7 @@ func (l *listener) Close() error {
 		}
 		l.mu.Unlock()
 		l.wg.Wait()
-		l.t.untrack(l)
+		l.t.conns.Remove(l)
 	})
 	return nil
 }
@@ -505,7 +478,7 @@ func (t *Transport) Connect(ctx context.Context, hb transport.Handle) (transport
 	c.SetDeadline(time.Time{})
 	sc := newSendConn(t, c, seg, bell, fds[0])
 	sc.start()
-	if err := t.track(sc); err != nil {
+	if err := t.conns.Add(sc); err != nil {
 		sc.Close()
 		return nil, fmt.Errorf("shm: connect: %w", err)
 	}

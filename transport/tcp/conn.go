@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/internal/mr"
 	"github.com/gorun/gorun/transport/internal/request"
 	"github.com/gorun/gorun/transport/internal/tagq"
 )
@@ -36,55 +37,6 @@ func lost(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %v", transport.ErrPeerLost, err)
-}
-
-// memHandle is a registration: TCP needs none, so it only records the
-// memory, its connection, and how many requests use it.
-type memHandle struct {
-	owner    any
-	buf      []byte
-	uses     atomic.Int64
-	released atomic.Bool
-}
-
-// Bytes implements transport.MemHandle.
-func (m *memHandle) Bytes() []byte { return m.buf }
-
-func checkMR(owner any, mh transport.MemHandle, buf []byte) (*memHandle, error) {
-	if mh == nil {
-		return nil, nil
-	}
-	m, ok := mh.(*memHandle)
-	switch {
-	case !ok || m.owner != owner:
-		return nil, fmt.Errorf("tcp: %w: not registered on this connection", transport.ErrBadMemHandle)
-	case m.released.Load():
-		return nil, fmt.Errorf("tcp: %w: released", transport.ErrBadMemHandle)
-	case !transport.Contains(m.buf, buf):
-		return nil, fmt.Errorf("tcp: %w: buffer outside the registered memory", transport.ErrBadMemHandle)
-	}
-	return m, nil
-}
-
-func deregMR(owner any, mh transport.MemHandle) error {
-	m, ok := mh.(*memHandle)
-	if !ok || m.owner != owner {
-		return fmt.Errorf("tcp: deregmr: %w: not registered on this connection", transport.ErrBadMemHandle)
-	}
-	if n := m.uses.Load(); n > 0 {
-		return fmt.Errorf("tcp: deregmr: %w: %d requests in flight use it", transport.ErrBadMemHandle, n)
-	}
-	if !m.released.CompareAndSwap(false, true) {
-		return fmt.Errorf("tcp: deregmr: %w: already released", transport.ErrBadMemHandle)
-	}
-	return nil
-}
-
-func truncated(size, n int) error {
-	if size <= n {
-		return nil
-	}
-	return fmt.Errorf("tcp: %w: %d-byte message, %d-byte buffer", transport.ErrTruncated, size, n)
 }
 
 // sendConn is the send side of a connection.
@@ -114,7 +66,7 @@ type sendReq struct {
 	*request.Request
 	seq   uint64
 	buf   []byte
-	mh    *memHandle
+	mh    *mr.Handle
 	rdv   bool         // sent as RTS, waiting for CTS
 	parts atomic.Int32 // writes still to finish
 }
@@ -155,15 +107,18 @@ func (c *sendConn) opErr(op string, err error) error {
 
 // RegMr implements transport.Conn.
 func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &memHandle{owner: c, buf: buf}, nil
+	return &mr.Handle{Owner: c, Buf: buf}, nil
 }
 
 // DeregMr implements transport.Conn.
-func (c *sendConn) DeregMr(mh transport.MemHandle) error { return deregMR(c, mh) }
+func (c *sendConn) DeregMr(mh transport.MemHandle) error {
+	_, err := mr.Release("tcp", c, mh)
+	return err
+}
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := checkMR(c, mh, buf)
+	m, err := mr.Check("tcp", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +140,7 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	r := &sendReq{Request: request.New(nil), seq: c.seq, buf: buf, mh: m}
 	c.sends[r.seq] = r
 	if m != nil {
-		m.uses.Add(1)
+		m.Uses.Add(1)
 	}
 	j := job{}
 	if cost := len(buf) + eagerOverhead; len(buf) <= c.eager && cost <= c.credit {
@@ -224,7 +179,7 @@ func (c *sendConn) complete(r *sendReq) {
 	c.mu.Unlock()
 	if ok {
 		if r.mh != nil {
-			r.mh.uses.Add(-1)
+			r.mh.Uses.Add(-1)
 		}
 		r.Complete(len(r.buf), nil)
 	}
@@ -313,11 +268,11 @@ func (c *sendConn) monitor() {
 	c.mu.Unlock()
 	for _, r := range sends {
 		if r.mh != nil {
-			r.mh.uses.Add(-1)
+			r.mh.Uses.Add(-1)
 		}
 		r.Complete(0, err)
 	}
-	c.t.untrack(c)
+	c.t.conns.Remove(c)
 	close(c.finished)
 }
 
@@ -379,7 +334,7 @@ type recvConn struct {
 type recvReq struct {
 	*request.Request
 	buf  []byte
-	mh   *memHandle
+	mh   *mr.Handle
 	size int // the message's size, once known
 	want int // bytes of it that will land in buf
 	got  atomic.Int64
@@ -436,15 +391,18 @@ func (c *recvConn) opErr(op string, err error) error {
 
 // RegMr implements transport.Conn.
 func (c *recvConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &memHandle{owner: c, buf: buf}, nil
+	return &mr.Handle{Owner: c, Buf: buf}, nil
 }
 
 // DeregMr implements transport.Conn.
-func (c *recvConn) DeregMr(mh transport.MemHandle) error { return deregMR(c, mh) }
+func (c *recvConn) DeregMr(mh transport.MemHandle) error {
+	_, err := mr.Release("tcp", c, mh)
+	return err
+}
 
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := checkMR(c, mh, buf)
+	m, err := mr.Check("tcp", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -471,7 +429,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.mu.Unlock()
 		n := copy(buf, u.data)
 		c.credit(len(u.data))
-		return request.Done(n, truncated(len(u.data), n)), nil
+		return request.Done(n, mr.Truncated("tcp", len(u.data), n)), nil
 	case ok:
 		c.add(r)
 		c.startRdv(r, u.seq, u.size)
@@ -494,7 +452,7 @@ func (c *recvConn) unexpEager(tag uint64) bool {
 func (c *recvConn) add(r *recvReq) {
 	c.pending[r] = struct{}{}
 	if r.mh != nil {
-		r.mh.uses.Add(1)
+		r.mh.Uses.Add(1)
 	}
 }
 
@@ -504,7 +462,7 @@ func (c *recvConn) finish(r *recvReq, n int, err error) {
 	}
 	delete(c.pending, r)
 	if r.mh != nil {
-		r.mh.uses.Add(-1)
+		r.mh.Uses.Add(-1)
 	}
 	r.Complete(n, err)
 }
@@ -520,7 +478,7 @@ func (c *recvConn) startRdv(r *recvReq, seq uint64, size int) {
 	frame{fCTS, seq, uint64(r.want), 0}.put(&j.hdr)
 	c.w.push(j)
 	if r.want == 0 {
-		c.finish(r, 0, truncated(size, 0))
+		c.finish(r, 0, mr.Truncated("tcp", size, 0))
 	}
 }
 
@@ -611,7 +569,7 @@ func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
 		}
 	}
 	c.mu.Lock()
-	c.finish(r, got, truncated(n, got))
+	c.finish(r, got, mr.Truncated("tcp", n, got))
 	c.mu.Unlock()
 	c.credit(n)
 	return nil
@@ -645,7 +603,7 @@ func (c *recvConn) data(br *bufio.Reader, seq, off, n uint64) error {
 	case got == int64(r.want):
 		c.mu.Lock()
 		delete(c.active, seq)
-		c.finish(r, r.want, truncated(r.size, r.want))
+		c.finish(r, r.want, mr.Truncated("tcp", r.size, r.want))
 		c.mu.Unlock()
 	case got > int64(r.want):
 		return fmt.Errorf("%w: too much data for message %d", transport.ErrProtocol, seq)
@@ -678,7 +636,7 @@ func (c *recvConn) monitor() {
 	}
 	clear(c.active)
 	c.mu.Unlock()
-	c.t.untrack(c)
+	c.t.conns.Remove(c)
 	close(c.finished)
 }
 

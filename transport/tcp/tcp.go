@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/internal/closers"
 )
 
 // Defaults for the zero Options.
@@ -74,9 +75,7 @@ type Transport struct {
 	ifname string
 	ip     net.IP
 
-	mu     sync.Mutex
-	closed bool
-	open   map[io.Closer]struct{}
+	conns closers.Set // listeners and connections, closed by Close
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -110,7 +109,7 @@ func New(opts Options) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{opts: opts, ifname: name, ip: ip, open: make(map[io.Closer]struct{})}, nil
+	return &Transport{opts: opts, ifname: name, ip: ip}, nil
 }
 
 // Interface returns the name and address of the interface the transport
@@ -123,35 +122,9 @@ func (t *Transport) Info() transport.Info {
 }
 
 // track remembers c so that Close closes it; it fails when t is closed.
-func (t *Transport) track(c io.Closer) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return transport.ErrClosed
-	}
-	t.open[c] = struct{}{}
-	return nil
-}
-
-func (t *Transport) untrack(c io.Closer) {
-	t.mu.Lock()
-	delete(t.open, c)
-	t.mu.Unlock()
-}
-
 // Close implements transport.Transport.
 func (t *Transport) Close() error {
-	t.mu.Lock()
-	t.closed = true
-	open := t.open
-	t.open = map[io.Closer]struct{}{}
-	t.mu.Unlock()
-	var wg sync.WaitGroup
-	for c := range open {
-		wg.Add(1)
-		go func() { defer wg.Done(); c.Close() }()
-	}
-	wg.Wait()
+	t.conns.CloseAll()
 	return nil
 }
 
@@ -260,7 +233,7 @@ func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
 	l.handle = handle{ip: t.ip, port: l.ln.Addr().(*net.TCPAddr).Port, nonce: l.nonce}.marshal()
-	if err := t.track(l); err != nil {
+	if err := t.conns.Add(l); err != nil {
 		nl.Close()
 		return nil, err
 	}
@@ -397,7 +370,7 @@ func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
 	select {
 	case rc := <-l.ready:
 		rc.start()
-		if err := l.t.track(rc); err != nil {
+		if err := l.t.conns.Add(rc); err != nil {
 			rc.Close()
 			return nil, fmt.Errorf("tcp: accept: %w", err)
 		}
@@ -427,7 +400,7 @@ func (l *listener) Close() error {
 			closeAll(g.conns)
 		}
 		l.wg.Wait()
-		l.t.untrack(l)
+		l.t.conns.Remove(l)
 	})
 	return nil
 }
@@ -501,7 +474,7 @@ func (t *Transport) Connect(ctx context.Context, hb transport.Handle) (transport
 	}
 	sc := newSendConn(t, conns, addr)
 	sc.start()
-	if err := t.track(sc); err != nil {
+	if err := t.conns.Add(sc); err != nil {
 		sc.Close()
 		return nil, fmt.Errorf("tcp: connect: %w", err)
 	}
