@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -24,9 +21,6 @@ import (
 // benchWorker is the hidden first argument of a `gorun bench` rank: gorun
 // re-executed on each host (launcher.SelfProgram) as the job's program.
 const benchWorker = "__bench-rank"
-
-// benchConfigEnv carries the ranks' collbench.Config, as JSON.
-const benchConfigEnv = "GORUN_BENCH_CONFIG"
 
 // benchCommand is `gorun bench COLLECTIVE`: the job's flags (-np,
 // --hostfile, ...) and nccl-tests' (-b, -e, -f, -w, -c, -o, -d, -r).
@@ -142,7 +136,7 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	set := func(name, value string) {
 		o.Exports = append(o.Exports, env.Export{Name: name, Value: value, HasValue: true})
 	}
-	set(benchConfigEnv, string(js))
+	set(collbench.EnvConfig, string(js))
 	if t := c.String("transport"); t != "" {
 		set(collectives.EnvTransport, t)
 	}
@@ -165,27 +159,10 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	code, runErr := launcher.Run(context.Background(), o)
 	colErr := col.Close()
 	rs, h := col.Results(), col.Header()
-	write := func(name string, f func(io.Writer) error) error {
-		if name == "" {
-			return nil
-		}
-		if name == "-" {
-			return f(stdout)
-		}
-		w, err := os.Create(name)
-		if err != nil {
-			return err
-		}
-		if err := f(w); err != nil {
-			w.Close()
-			return err
-		}
-		return w.Close()
-	}
 	outErr := errors.Join(
-		write(c.String("csv"), func(w io.Writer) error { return collbench.WriteCSV(w, rs) }),
-		write(c.String("json"), func(w io.Writer) error { return collbench.WriteJSON(w, h, rs) }),
-		write(c.String("svg"), func(w io.Writer) error { return collbench.WriteSVG(w, h, rs) }))
+		collbench.Save(c.String("csv"), stdout, func(w io.Writer) error { return collbench.WriteCSV(w, rs) }),
+		collbench.Save(c.String("json"), stdout, func(w io.Writer) error { return collbench.WriteJSON(w, h, rs) }),
+		collbench.Save(c.String("svg"), stdout, func(w io.Writer) error { return collbench.WriteSVG(w, h, rs) }))
 	if runErr != nil || code != 0 {
 		return errExit{code: code, err: runErr}
 	}
@@ -203,41 +180,4 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 		return errExit{code: 1, err: errors.New("bench: rank 0 reported no results")}
 	}
 	return nil
-}
-
-// benchRank is a `gorun bench` rank: it joins the job's communicator and
-// runs the configuration gorun gave it, rank 0 printing the results.
-func benchRank() int {
-	var cfg collbench.Config
-	if err := json.Unmarshal([]byte(os.Getenv(benchConfigEnv)), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "gorun bench: %s: %v (a rank of gorun bench is started by gorun bench only)\n", benchConfigEnv, err)
-		return 2
-	}
-	cfg.Out = os.Stdout
-	if os.Getenv("GOMAXPROCS") == "" {
-		// One rank per core, as MPI ranks run: a second P per rank only
-		// adds idle threads that compete with the spinning ranks.
-		local, _ := strconv.Atoi(os.Getenv("GORUN_LOCAL_WORLD_SIZE"))
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/max(local, 1)))
-	}
-	if prefix := os.Getenv("GORUN_BENCH_CPUPROFILE"); prefix != "" {
-		// A CPU profile of each rank, to PREFIX.RANK (go tool pprof).
-		if f, err := os.Create(prefix + "." + os.Getenv("GORUN_RANK")); err == nil {
-			pprof.StartCPUProfile(f)
-			defer pprof.StopCPUProfile()
-		}
-	}
-	ctx := context.Background()
-	comm, err := collectives.Init(ctx, nil)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gorun bench: %v\n", err)
-		return 1
-	}
-	_, err = collbench.Run(ctx, comm, cfg)
-	comm.Close()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gorun bench: rank %d: %v\n", comm.Rank(), err)
-		return 1
-	}
-	return 0
 }

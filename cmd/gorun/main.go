@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -17,7 +18,7 @@ func main() {
 		os.Exit(127)
 	}
 	if len(os.Args) > 1 && os.Args[1] == benchWorker {
-		os.Exit(benchRank())
+		os.Exit(collbench.RankMain())
 	}
 	code, err := run(os.Args)
 	if err != nil {
