@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/mr"
-	"github.com/gorun/gorun/transport/internal/request"
-	"github.com/gorun/gorun/transport/internal/tagq"
+	"github.com/gorun/gorun/internal/mr"
+	"github.com/gorun/gorun/internal/request"
+	"github.com/gorun/gorun/internal/tagq"
 )
 
 // endpoint is what both sides of a connection share: the socket, the
@@ -309,7 +309,7 @@ func newSendConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 	c := &sendConn{
 		endpoint: newEndpoint(t, "isend", sock, seg, bell, peerBell, offSendFlag, offRecvFlag),
 		eager:    t.opts.EagerLimit,
-		chunk:    seg.data.maxPayload(),
+		chunk:    seg.data.MaxPayload(),
 		consumed: seg.u64(offConsumed),
 		pending:  make(map[uint64]*sendReq),
 		rdv:      make(map[uint64]*sendReq),
@@ -414,7 +414,7 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	case len(buf) <= c.eager && c.eagerSent+cost-atomic.LoadUint64(c.consumed) <= eagerWindow:
 		r.eager = true
 		c.eagerSent += cost
-		if len(c.out) == 0 && c.seg.data.put(recEager, tag, r.seq, uint64(len(buf)), buf) {
+		if len(c.out) == 0 && c.seg.data.Put(recEager, tag, r.seq, uint64(len(buf)), buf) {
 			c.ringPeer(flagParked)
 			return request.Done(len(buf), nil), nil
 		}
@@ -438,18 +438,18 @@ func (c *sendConn) flush() bool {
 		var ok bool
 		switch {
 		case r.eager:
-			ok = c.seg.data.put(recEager, r.tag, r.seq, uint64(len(r.buf)), r.buf)
+			ok = c.seg.data.Put(recEager, r.tag, r.seq, uint64(len(r.buf)), r.buf)
 		case r.zc:
 			var p [16]byte
 			binary.LittleEndian.PutUint64(p[0:], r.region)
 			binary.LittleEndian.PutUint64(p[8:], r.off)
-			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
+			ok = c.seg.data.Put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
 		case r.cma:
 			var p [8]byte
 			binary.LittleEndian.PutUint64(p[:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(r.buf)))))
-			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
+			ok = c.seg.data.Put(recRTS, r.tag, r.seq, uint64(len(r.buf)), p[:])
 		default:
-			ok = c.seg.data.put(recRTS, r.tag, r.seq, uint64(len(r.buf)), nil)
+			ok = c.seg.data.Put(recRTS, r.tag, r.seq, uint64(len(r.buf)), nil)
 		}
 		if !ok {
 			break
@@ -492,26 +492,26 @@ func (c *sendConn) busy() bool { return false }
 func (c *sendConn) poll() bool {
 	worked := false
 	for {
-		x, ok, err := c.seg.ctrl.next()
+		x, ok, err := c.seg.ctrl.Next()
 		if err == nil && ok {
-			r := c.rdv[x.a]
+			r := c.rdv[x.A]
 			switch {
 			case r == nil:
-				err = fmt.Errorf("%w: answer for unknown message %d", transport.ErrProtocol, x.a)
-			case x.typ == recCTS && !r.zc && x.b <= uint64(len(r.buf)):
-				delete(c.rdv, x.a)
+				err = fmt.Errorf("%w: answer for unknown message %d", transport.ErrProtocol, x.A)
+			case x.Type == recCTS && !r.zc && x.B <= uint64(len(r.buf)):
+				delete(c.rdv, x.A)
 				r.cma = false // the receiver could not read it: stream it
-				r.limit = int(x.b)
+				r.limit = int(x.B)
 				if r.limit == 0 {
 					c.complete(r)
 				} else {
 					c.streaming = append(c.streaming, r)
 				}
-			case x.typ == recFIN && (r.zc || r.cma):
-				delete(c.rdv, x.a)
+			case x.Type == recFIN && (r.zc || r.cma):
+				delete(c.rdv, x.A)
 				c.complete(r)
 			default:
-				err = fmt.Errorf("%w: control record %d for message %d", transport.ErrProtocol, x.typ, x.a)
+				err = fmt.Errorf("%w: control record %d for message %d", transport.ErrProtocol, x.Type, x.A)
 			}
 		}
 		if err != nil {
@@ -521,7 +521,7 @@ func (c *sendConn) poll() bool {
 		if !ok {
 			break
 		}
-		c.seg.ctrl.release(x)
+		c.seg.ctrl.Release(x)
 		worked = true
 	}
 	if worked {
@@ -534,7 +534,7 @@ func (c *sendConn) poll() bool {
 	for len(c.streaming) > 0 {
 		r := c.streaming[0]
 		n := min(c.chunk, r.limit-r.sent)
-		if !c.seg.data.put(recData, r.seq, uint64(r.sent), 0, r.buf[r.sent:r.sent+n]) {
+		if !c.seg.data.Put(recData, r.seq, uint64(r.sent), 0, r.buf[r.sent:r.sent+n]) {
 			break
 		}
 		pushed = true
@@ -769,11 +769,11 @@ func (c *recvConn) readPeer(dst []byte, addr uint64) error {
 
 // ctrl sends a control record to the sender, or queues it.
 func (c *recvConn) ctrl(typ uint32, a, b uint64) {
-	if len(c.ctrlOut) == 0 && c.seg.ctrl.put(typ, a, b, 0, nil) {
+	if len(c.ctrlOut) == 0 && c.seg.ctrl.Put(typ, a, b, 0, nil) {
 		c.kick = true
 		return
 	}
-	c.ctrlOut = append(c.ctrlOut, rec{typ: typ, a: a, b: b})
+	c.ctrlOut = append(c.ctrlOut, rec{Type: typ, A: a, B: b})
 }
 
 // publish rings the sender if something was published for it.
@@ -800,7 +800,7 @@ const maxRecords = 64
 func (c *recvConn) poll() bool {
 	worked, released := false, false
 	for range maxRecords {
-		x, ok, err := c.seg.data.next()
+		x, ok, err := c.seg.data.Next()
 		if err == nil && ok {
 			err = c.record(x)
 		}
@@ -811,7 +811,7 @@ func (c *recvConn) poll() bool {
 		if !ok {
 			break
 		}
-		c.seg.data.release(x)
+		c.seg.data.Release(x)
 		worked, released = true, true
 	}
 	if len(c.zjobs) > 0 {
@@ -851,7 +851,7 @@ func (c *recvConn) poll() bool {
 			}
 		}
 	}
-	for len(c.ctrlOut) > 0 && c.seg.ctrl.put(c.ctrlOut[0].typ, c.ctrlOut[0].a, c.ctrlOut[0].b, 0, nil) {
+	for len(c.ctrlOut) > 0 && c.seg.ctrl.Put(c.ctrlOut[0].Type, c.ctrlOut[0].A, c.ctrlOut[0].B, 0, nil) {
 		c.ctrlOut = c.ctrlOut[1:]
 		c.kick, worked = true, true
 	}
@@ -865,14 +865,14 @@ func (c *recvConn) poll() bool {
 
 // record handles one record of the data ring.
 func (c *recvConn) record(x rec) error {
-	switch x.typ {
+	switch x.Type {
 	case recEager:
-		tag, size := x.a, int(x.c)
-		if size != len(x.payload) {
-			return fmt.Errorf("%w: eager record of %d bytes for a %d-byte message", transport.ErrProtocol, len(x.payload), size)
+		tag, size := x.A, int(x.C)
+		if size != len(x.Payload) {
+			return fmt.Errorf("%w: eager record of %d bytes for a %d-byte message", transport.ErrProtocol, len(x.Payload), size)
 		}
-		if r, ok := c.posted.Pop(x.a); ok {
-			n := copy(r.buf, x.payload)
+		if r, ok := c.posted.Pop(x.A); ok {
+			n := copy(r.buf, x.Payload)
 			c.finish(r, n, mr.Truncated("shm", size, n))
 			c.consume(size)
 			return nil
@@ -881,43 +881,43 @@ func (c *recvConn) record(x rec) error {
 		if c.held > eagerWindow+eagerOverhead {
 			return fmt.Errorf("%w: the sender overran its eager credit", transport.ErrProtocol)
 		}
-		c.unexp.Push(tag, &inbound{seq: x.b, size: size, data: bytes.Clone(x.payload)})
+		c.unexp.Push(tag, &inbound{seq: x.B, size: size, data: bytes.Clone(x.Payload)})
 	case recRTS:
-		u := &inbound{rts: true, seq: x.b, size: int(x.c)}
-		switch len(x.payload) {
+		u := &inbound{rts: true, seq: x.B, size: int(x.C)}
+		switch len(x.Payload) {
 		case 0:
 		case 16:
 			u.zc = true
-			u.region = binary.LittleEndian.Uint64(x.payload[0:])
-			u.off = binary.LittleEndian.Uint64(x.payload[8:])
+			u.region = binary.LittleEndian.Uint64(x.Payload[0:])
+			u.off = binary.LittleEndian.Uint64(x.Payload[8:])
 		case 8:
-			u.cma = binary.LittleEndian.Uint64(x.payload)
+			u.cma = binary.LittleEndian.Uint64(x.Payload)
 			if u.cma == 0 {
 				return fmt.Errorf("%w: RTS record with a null address", transport.ErrProtocol)
 			}
 		default:
-			return fmt.Errorf("%w: RTS record with %d bytes", transport.ErrProtocol, len(x.payload))
+			return fmt.Errorf("%w: RTS record with %d bytes", transport.ErrProtocol, len(x.Payload))
 		}
-		if x.c > 1<<48 {
-			return fmt.Errorf("%w: message of %d bytes", transport.ErrProtocol, x.c)
+		if x.C > 1<<48 {
+			return fmt.Errorf("%w: message of %d bytes", transport.ErrProtocol, x.C)
 		}
-		if r, ok := c.posted.Pop(x.a); ok {
+		if r, ok := c.posted.Pop(x.A); ok {
 			c.startRdv(r, u)
 		} else {
-			c.unexp.Push(x.a, u)
+			c.unexp.Push(x.A, u)
 		}
 	case recData:
-		r := c.active[x.a]
-		if r == nil || x.b != uint64(r.got) || len(x.payload) > r.want-r.got {
-			return fmt.Errorf("%w: chunk at %d for message %d", transport.ErrProtocol, x.b, x.a)
+		r := c.active[x.A]
+		if r == nil || x.B != uint64(r.got) || len(x.Payload) > r.want-r.got {
+			return fmt.Errorf("%w: chunk at %d for message %d", transport.ErrProtocol, x.B, x.A)
 		}
-		r.got += copy(r.buf[r.got:], x.payload)
+		r.got += copy(r.buf[r.got:], x.Payload)
 		if r.got == r.want {
-			delete(c.active, x.a)
+			delete(c.active, x.A)
 			c.finish(r, r.want, mr.Truncated("shm", r.size, r.want))
 		}
 	default:
-		return fmt.Errorf("%w: data record of type %d", transport.ErrProtocol, x.typ)
+		return fmt.Errorf("%w: data record of type %d", transport.ErrProtocol, x.Type)
 	}
 	return nil
 }

@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/shmring"
 	"github.com/gorun/gorun/transport"
 )
 
 func testRing(size int) (producer, consumer *ring) {
 	mem := make([]byte, size)
 	var head, tail uint64
-	producer = &ring{mem: mem, mask: uint64(size - 1), head: &head, tail: &tail}
-	consumer = &ring{mem: mem, mask: uint64(size - 1), head: &head, tail: &tail}
+	producer = shmring.New(mem, &head, &tail, false)
+	consumer = shmring.New(mem, &head, &tail, true)
 	return producer, consumer
 }
 
@@ -23,45 +24,45 @@ func testRing(size int) (producer, consumer *ring) {
 // they pad and wrap at every offset, and checks each comes out intact.
 func TestRingWraps(t *testing.T) {
 	p, c := testRing(4096)
-	max := p.maxPayload()
+	max := p.MaxPayload()
 	next := 0
 	taken := 0
 	for sent := 0; sent < 3000; {
 		payload := bytes.Repeat([]byte{byte(sent)}, sent%(max+1))
-		if p.put(recEager, uint64(sent), 2, 3, payload) {
+		if p.Put(recEager, uint64(sent), 2, 3, payload) {
 			sent++
 			continue
 		}
 		// Full: take one.
-		x, ok, err := c.next()
+		x, ok, err := c.Next()
 		if err != nil || !ok {
 			t.Fatalf("ring full but nothing to take: %v", err)
 		}
-		if x.a != uint64(next) || len(x.payload) != next%(max+1) || (len(x.payload) > 0 && x.payload[0] != byte(next)) {
-			t.Fatalf("record %d: a=%d, %d bytes", next, x.a, len(x.payload))
+		if x.A != uint64(next) || len(x.Payload) != next%(max+1) || (len(x.Payload) > 0 && x.Payload[0] != byte(next)) {
+			t.Fatalf("record %d: a=%d, %d bytes", next, x.A, len(x.Payload))
 		}
-		c.release(x)
+		c.Release(x)
 		next++
 		taken++
 	}
 	for {
-		x, ok, err := c.next()
+		x, ok, err := c.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !ok {
 			break
 		}
-		if x.a != uint64(next) {
-			t.Fatalf("record %d: a=%d", next, x.a)
+		if x.A != uint64(next) {
+			t.Fatalf("record %d: a=%d", next, x.A)
 		}
-		c.release(x)
+		c.Release(x)
 		next++
 	}
 	if next != 3000 {
 		t.Fatalf("took %d records, want 3000", next)
 	}
-	if p.put(recEager, 0, 0, 0, make([]byte, max+1)) {
+	if p.Put(recEager, 0, 0, 0, make([]byte, max+1)) {
 		t.Error("put accepted a payload over maxPayload")
 	}
 }
@@ -69,17 +70,18 @@ func TestRingWraps(t *testing.T) {
 // FuzzRingNext feeds garbage to a consumer: it must fail or return records
 // inside the ring, never panic.
 func FuzzRingNext(f *testing.F) {
-	p, _ := testRing(1024)
-	p.put(recEager, 1, 2, 3, []byte("hello"))
-	f.Add(bytes.Clone(p.mem), uint64(64), uint64(0))
+	mem := make([]byte, 1024)
+	var h, tl uint64
+	shmring.New(mem, &h, &tl, false).Put(recEager, 1, 2, 3, []byte("hello"))
+	f.Add(mem, uint64(64), uint64(0))
 	f.Add(make([]byte, 1024), uint64(1000), uint64(990))
 	f.Fuzz(func(t *testing.T, mem []byte, head, tail uint64) {
 		buf := make([]byte, 1024)
 		copy(buf, mem)
-		tail &^= recAlign - 1
-		r := &ring{mem: buf, mask: 1023, head: &head, tail: &tail, pos: tail}
+		tail &^= shmring.Align - 1
+		r := shmring.New(buf, &head, &tail, true)
 		for range 64 {
-			x, ok, err := r.next()
+			x, ok, err := r.Next()
 			if err != nil {
 				if !errors.Is(err, transport.ErrProtocol) {
 					t.Fatalf("error %v is not ErrProtocol", err)
@@ -89,7 +91,7 @@ func FuzzRingNext(f *testing.F) {
 			if !ok {
 				return
 			}
-			r.release(x)
+			r.Release(x)
 		}
 	})
 }
@@ -199,7 +201,7 @@ func TestZeroCopyPath(t *testing.T) {
 		src[i] = byte(i * 7)
 	}
 	dst := make([]byte, len(src))
-	headBefore := *sc.(*sendConn).seg.data.head
+	headBefore := sc.(*sendConn).seg.data.Head()
 	rr, _ := rc.Irecv(dst, 1, nil)
 	sr, err := sc.Isend(src, 1, mh)
 	if err != nil {
@@ -214,7 +216,7 @@ func TestZeroCopyPath(t *testing.T) {
 	if !bytes.Equal(src, dst) {
 		t.Fatal("data differs")
 	}
-	if used := *sc.(*sendConn).seg.data.head - headBefore; used > recAlign {
+	if used := sc.(*sendConn).seg.data.Head() - headBefore; used > shmring.Align {
 		t.Errorf("the message took %d bytes of the ring; zero copy takes one RTS record", used)
 	}
 	if err := sc.DeregMr(mh); err != nil {
@@ -289,7 +291,7 @@ func TestCMAPath(t *testing.T) {
 				src[i] = byte(i * 13)
 			}
 			dst := make([]byte, len(src))
-			before := *sc.seg.data.head
+			before := sc.seg.data.Head()
 			rr, _ := rc.Irecv(dst, 1, nil)
 			sr, err := sc.Isend(src, 1, nil)
 			if err != nil {
@@ -304,7 +306,7 @@ func TestCMAPath(t *testing.T) {
 			if !bytes.Equal(src, dst) {
 				t.Fatal("data differs")
 			}
-			used := *sc.seg.data.head - before
+			used := sc.seg.data.Head() - before
 			if tc.wantRing != (used > uint64(len(src))) {
 				t.Errorf("the message took %d bytes of the ring (want it through the ring: %v)", used, tc.wantRing)
 			}

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/shmring"
 )
 
 // A connection's shared segment, created by the connecting (sending) side
@@ -92,8 +94,8 @@ func mapSegment(fd, ringSize int) (*segment, error) {
 		return nil, fmt.Errorf("map the segment: %w", err)
 	}
 	s := &segment{mem: mem}
-	s.data = ring{mem: mem[segHdr : segHdr+ringSize], mask: uint64(ringSize - 1), head: s.u64(offDataHead), tail: s.u64(offDataTail)}
-	s.ctrl = ring{mem: mem[segHdr+ringSize:], mask: ctrlRingSize - 1, head: s.u64(offCtrlHead), tail: s.u64(offCtrlTail)}
+	s.data = *shmring.New(mem[segHdr:segHdr+ringSize], s.u64(offDataHead), s.u64(offDataTail), false)
+	s.ctrl = *shmring.New(mem[segHdr+ringSize:], s.u64(offCtrlHead), s.u64(offCtrlTail), false)
 	return s, nil
 }
 

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/closers"
+	"github.com/gorun/gorun/internal/closers"
 )
 
 // Defaults for the zero Options.

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/mr"
-	"github.com/gorun/gorun/transport/internal/request"
-	"github.com/gorun/gorun/transport/internal/tagq"
+	"github.com/gorun/gorun/internal/mr"
+	"github.com/gorun/gorun/internal/request"
+	"github.com/gorun/gorun/internal/tagq"
 )
 
 // setup applies the socket options every stream uses.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/internal/closers"
+	"github.com/gorun/gorun/internal/closers"
 )
 
 // Defaults for the zero Options.
