@@ -28,6 +28,18 @@ type Spec struct {
 	Handshake plugin.HandshakeConfig
 	// Plugins is the set the plugin serves; Dispense takes Name from it.
 	Plugins plugin.PluginSet
+	// VersionedPlugins, when set, replaces Plugins: one set per API
+	// version the host speaks; go-plugin picks the highest the plugin
+	// speaks too. Dispense takes DispenseName from it.
+	VersionedPlugins map[int]plugin.PluginSet
+	// DispenseName is the plugin to dispense when it differs from Name.
+	DispenseName string
+	// ExtraFiles are passed to the plugin as descriptors 3, 4, ...
+	ExtraFiles []*os.File
+	// Logger, when set, receives the plugin's log entries (hclog JSON on
+	// its standard error), named after the plugin; otherwise they are
+	// not logged.
+	Logger hclog.Logger
 	// Env is added to the plugin's environment.
 	Env []string
 	// Stderr receives the plugin's own standard error (nil: discarded).
@@ -83,6 +95,7 @@ func Start(s Spec) (*Plugin, error) {
 	cmd := exec.Command(s.Path, s.Args...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.ExtraFiles = s.ExtraFiles
 	stderr := s.Stderr
 	if stderr == nil {
 		stderr = io.Discard
@@ -91,9 +104,19 @@ func Start(s Spec) (*Plugin, error) {
 	if s.SocketDir != "" {
 		sock = &plugin.UnixSocketConfig{TempDir: s.SocketDir}
 	}
+	logger := s.Logger
+	if logger == nil {
+		logger = hclog.New(&hclog.LoggerOptions{
+			// Off: go-plugin would log the plugin's end as an error even
+			// when it was killed on purpose; failures to start come back
+			// as errors, and the plugin's own stderr is passed on.
+			Name: "plugin-" + s.Name, Level: hclog.Off, Output: stderr,
+		})
+	}
 	c := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  s.Handshake,
 		Plugins:          s.Plugins,
+		VersionedPlugins: s.VersionedPlugins,
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         !(s.PrivateSocket && s.SocketDir != "" && privateDir(s.SocketDir)),
@@ -103,19 +126,18 @@ func Start(s Spec) (*Plugin, error) {
 		SyncStderr:       stderr,
 		Managed:          false,
 		UnixSocketConfig: sock,
-		Logger: hclog.New(&hclog.LoggerOptions{
-			// Off: go-plugin would log the plugin's end as an error even
-			// when it was killed on purpose; failures to start come back
-			// as errors, and the plugin's own stderr is passed on.
-			Name: "plugin-" + s.Name, Level: hclog.Off, Output: stderr,
-		}),
+		Logger:           logger,
 	})
 	proto, err := c.Client()
 	if err != nil {
 		c.Kill()
 		return nil, fmt.Errorf("plugin %s (%s): %s", s.Name, s.Path, cleanErr(err))
 	}
-	svc, err := proto.Dispense(s.Name)
+	name := s.Name
+	if s.DispenseName != "" {
+		name = s.DispenseName
+	}
+	svc, err := proto.Dispense(name)
 	if err != nil {
 		c.Kill()
 		return nil, fmt.Errorf("plugin %s (%s): %w", s.Name, s.Path, err)

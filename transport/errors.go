@@ -35,6 +35,16 @@ var (
 	ErrNotSupported = errors.New("transport: not supported")
 )
 
+// ErrTransportLost means the transport itself failed (a plugin process
+// exited): every connection it carried is gone. errors.Is reports it as
+// ErrPeerLost too, so that code handling a lost peer handles it.
+var ErrTransportLost error = transportLost{}
+
+type transportLost struct{}
+
+func (transportLost) Error() string        { return "transport: transport lost" }
+func (transportLost) Is(target error) bool { return target == ErrPeerLost }
+
 // PeerError is an error about one peer: what failed, where, and why.
 type PeerError struct {
 	// Transport is the transport's Info().Name.

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/internal/mr"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
+	"github.com/gorun/gorun/transport"
 )
 
 // endpoint is what both sides of a connection share: the socket, the

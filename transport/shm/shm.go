@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/internal/closers"
+	"github.com/gorun/gorun/transport"
 )
 
 // Defaults for the zero Options.

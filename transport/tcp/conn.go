@@ -10,10 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/internal/mr"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
+	"github.com/gorun/gorun/transport"
 )
 
 // setup applies the socket options every stream uses.

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/internal/closers"
+	"github.com/gorun/gorun/transport"
 )
 
 // Defaults for the zero Options.

@@ -1,0 +1,587 @@
+package plugins
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/plugins/internal/wire"
+	"github.com/gorun/gorun/transport"
+)
+
+// EnvLogLevel sets the level at which a rank shows its plugins' log
+// entries ("trace" ... "error", "off"); default "warn". The plugin sees the
+// same variable.
+const EnvLogLevel = "GORUN_PLUGIN_LOG"
+
+// Options says which transport or collective plugin to open, and for which
+// rank.
+type Options struct {
+	// Name is the plugin's name ("fabric"); the binary is found as
+	// gorun-plugin-<Name> in Dirs and the standard directories.
+	Name string
+	// Path is the binary; when set, Name only names it in messages (and
+	// defaults to the binary's name).
+	Path string
+	// Dirs are searched before the standard directories (--plugin-dir).
+	Dirs []string
+	// Rank, Size and LocalRank place the rank; -1 outside a job.
+	Rank, Size, LocalRank int
+	// Iface is the interface the job's traffic should use, or "".
+	Iface string
+	// PluginOptions are the plugin's options (--plugin-opt key=value).
+	PluginOptions map[string]string
+	// Log receives the plugin's log entries (default standard error).
+	Log io.Writer
+	// StartTimeout bounds the start and handshake (default 20s).
+	StartTimeout time.Duration
+}
+
+// Info describes a plugin, as it describes itself.
+type Info struct {
+	Name        string `json:"name"`
+	Version     string `json:"version"`
+	Description string `json:"description,omitempty"`
+	Transport   bool   `json:"transport"`
+	Collective  bool   `json:"collective"`
+}
+
+// Client is an open plugin process serving one rank: its control
+// connection and the data plane shared with it.
+type Client struct {
+	name string
+	path string
+	info Info
+	p    *Plugin
+	ctl  *wire.Client
+	tail *logTail
+	seg  *wire.Segment
+	sock *net.UnixConn
+	mine *wire.Bell // the host sleeps on it
+	bell *wire.Bell // the plugin's: rung to wake it
+
+	sockMu  sync.Mutex
+	shared  map[uint64]bool // regions the plugin has mapped
+	bounces bouncePool
+
+	sqMu  sync.Mutex
+	sqOut []sqRec
+
+	cqMu   sync.Mutex
+	reqs   map[uint64]*hreq
+	nextID atomic.Uint64
+
+	spinners   atomic.Int32
+	reaperWake chan struct{}
+
+	lost     atomic.Pointer[error]
+	lostOnce sync.Once
+	closed   chan struct{}
+	closeMu  sync.Mutex
+	done     bool
+	tr       *Transport
+}
+
+type sqRec struct {
+	typ     uint32
+	a, b, c uint64
+	payload []byte
+}
+
+// Open starts the plugin for one rank: it finds the binary, starts it in
+// its own process group with a parent-death signal, completes go-plugin's
+// handshake (gRPC, mutual TLS), shares the data-plane segment, and
+// initializes the plugin's transport and collective.
+func Open(o Options) (*Client, error) {
+	path := o.Path
+	if path == "" {
+		var err error
+		if path, err = Lookup(o.Name, o.Dirs); err != nil {
+			return nil, err
+		}
+	}
+	name := o.Name
+	if name == "" {
+		name = strings.TrimPrefix(filepath.Base(path), BinaryPrefix)
+	}
+	c := &Client{
+		name: name, path: path, tail: newLogTail(20),
+		shared: map[uint64]bool{}, reqs: map[uint64]*hreq{},
+		reaperWake: make(chan struct{}, 1), closed: make(chan struct{}),
+	}
+	c.bounces.c = c
+	if err := c.start(o); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) fail(err error) error {
+	return fmt.Errorf("plugin %s (%s): %w%s", c.name, c.path, err, c.tail.suffix())
+}
+
+func (c *Client) start(o Options) error {
+	segFD, err := wire.NewSegment()
+	if err != nil {
+		return c.fail(err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(segFD)
+		return c.fail(fmt.Errorf("socketpair: %w", err))
+	}
+	bellFDs := [2]int{-1, -1} // plugin's, host's
+	for i := range bellFDs {
+		if bellFDs[i], err = wire.NewBellFD(); err != nil {
+			break
+		}
+	}
+	// The descriptors the child gets; this side keeps pair[0] and the
+	// bells, and closes the child's copies once it started.
+	child := []*os.File{
+		os.NewFile(uintptr(segFD), "segment"),
+		os.NewFile(uintptr(pair[1]), "region-socket"),
+	}
+	for _, fd := range bellFDs {
+		if fd >= 0 {
+			d, derr := unix.Dup(fd)
+			if derr != nil {
+				err = derr
+			}
+			child = append(child, os.NewFile(uintptr(d), "bell"))
+		}
+	}
+	defer func() {
+		for _, f := range child {
+			f.Close()
+		}
+	}()
+	cleanup := func() {
+		unix.Close(pair[0])
+		for _, fd := range bellFDs {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}
+	if err != nil {
+		cleanup()
+		return c.fail(err)
+	}
+	level := hclog.LevelFromString(os.Getenv(EnvLogLevel))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
+	}
+	out := o.Log
+	if out == nil {
+		out = os.Stderr
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: level, Output: out})
+	p, err := Start(Spec{
+		Name: c.name, Path: c.path,
+		Handshake:        wire.Handshake,
+		VersionedPlugins: wire.PluginSets(nil),
+		DispenseName:     wire.PluginName,
+		ExtraFiles:       child,
+		Stderr:           c.tail,
+		Logger:           logger,
+		StartTimeout:     o.StartTimeout,
+	})
+	if err != nil {
+		cleanup()
+		return fmt.Errorf("%w%s", err, c.tail.suffix())
+	}
+	c.p = p
+	c.ctl = p.Service.(*wire.Client)
+	// The child's copies are closed by the deferred function; from here
+	// on Close releases what this side holds.
+	fail := func(err error) error {
+		c.Close()
+		return c.fail(err)
+	}
+	if c.mine, err = wire.OpenBell(bellFDs[1], "host-bell"); err != nil {
+		unix.Close(bellFDs[0])
+		unix.Close(pair[0])
+		return fail(err)
+	}
+	if c.bell, err = wire.OpenBell(bellFDs[0], "plugin-bell"); err != nil {
+		unix.Close(pair[0])
+		return fail(err)
+	}
+	f := os.NewFile(uintptr(pair[0]), "region-socket")
+	fc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return fail(err)
+	}
+	c.sock = fc.(*net.UnixConn)
+	segFD2, err := unix.Dup(segFD)
+	if err != nil {
+		return fail(err)
+	}
+	c.seg, err = wire.MapSegment(segFD2, true)
+	unix.Close(segFD2)
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var info wire.InfoReply
+	if err := c.ctl.Call(ctx, "Info", &wire.Empty{}, &info); err != nil {
+		return fail(fmt.Errorf("info: %w", err))
+	}
+	c.info = Info(info)
+	if o.Name != "" && info.Name != o.Name && o.Path == "" {
+		return fail(fmt.Errorf("the binary says it is plugin %q", info.Name))
+	}
+	init := &wire.InitReq{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, Iface: o.Iface, Options: o.PluginOptions}
+	if err := c.ctl.Call(ctx, "Init", init, &wire.Empty{}); err != nil {
+		return fail(fmt.Errorf("init: %w", err))
+	}
+	go c.watch()
+	go c.reap()
+	return nil
+}
+
+// Name returns the plugin's name.
+func (c *Client) Name() string { return c.name }
+
+// Path returns the plugin's binary.
+func (c *Client) Path() string { return c.path }
+
+// Info returns what the plugin says of itself.
+func (c *Client) Info() Info { return c.info }
+
+// Devices asks the plugin's transport for the devices it can use.
+func (c *Client) Devices(ctx context.Context) ([]Device, error) {
+	var r wire.DevicesReply
+	if err := c.ctl.Call(ctx, "Devices", &wire.Empty{}, &r); err != nil {
+		return nil, c.fail(fmt.Errorf("devices: %w", err))
+	}
+	out := make([]Device, len(r.Devices))
+	for i, d := range r.Devices {
+		out[i] = Device(d)
+	}
+	return out, nil
+}
+
+// Device is one device a plugin's transport can use.
+type Device struct {
+	Name      string `json:"name"`
+	Provider  string `json:"provider,omitempty"`
+	PCI       string `json:"pci,omitempty"`
+	NUMA      int    `json:"numa"`
+	SpeedMbps int    `json:"speed_mbps,omitempty"`
+	Note      string `json:"note,omitempty"`
+}
+
+// LastLog returns the plugin's last log lines.
+func (c *Client) LastLog() []string { return c.tail.lines() }
+
+// Close stops the plugin: it fails every request still in flight with
+// transport.ErrClosed, asks the plugin to exit (and kills it if it does not
+// within 2s), and releases the shared memory. Close is idempotent.
+func (c *Client) Close() error {
+	c.closeMu.Lock()
+	if c.done {
+		c.closeMu.Unlock()
+		return nil
+	}
+	c.done = true
+	c.closeMu.Unlock()
+	close(c.closed)
+	c.failAll(func(r *hreq) error {
+		return r.conn.opErr(r.op, fmt.Errorf("%w: plugin %s closed", transport.ErrClosed, c.name))
+	})
+	if c.p != nil {
+		c.p.Stop()
+	}
+	if c.sock != nil {
+		c.sock.Close()
+	}
+	if c.mine != nil {
+		c.mine.Close()
+	}
+	if c.bell != nil {
+		c.bell.Close()
+	}
+	c.bounces.close()
+	// The segment stays mapped: a Test racing with Close may still read
+	// it; it is one small mapping per plugin, released at exit.
+	return nil
+}
+
+// watch fails everything when the plugin process exits on its own.
+func (c *Client) watch() {
+	select {
+	case <-c.closed:
+		return
+	case <-c.ctl.Exited():
+	}
+	select {
+	case <-c.closed:
+		return
+	default:
+	}
+	// Let the last log lines arrive.
+	time.Sleep(100 * time.Millisecond)
+	err := fmt.Errorf("%w: plugin %s (%s) exited%s", transport.ErrTransportLost, c.name, c.path, c.tail.suffix())
+	c.lostOnce.Do(func() { c.lost.Store(&err) })
+	c.failAll(func(r *hreq) error { return r.conn.opErr(r.op, err) })
+	if c.mine != nil {
+		c.mine.Ring()
+	}
+}
+
+// lostErr returns the error of a plugin that exited, or nil.
+func (c *Client) lostErr() error {
+	if p := c.lost.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// failAll fails every request in flight with the error f gives.
+func (c *Client) failAll(f func(*hreq) error) {
+	c.cqMu.Lock()
+	reqs := c.reqs
+	c.reqs = map[uint64]*hreq{}
+	c.cqMu.Unlock()
+	for _, r := range reqs {
+		r.abandon(f(r))
+	}
+}
+
+// submit puts a work request on the submission ring (or behind it when it
+// is full) and wakes the plugin if it sleeps.
+func (c *Client) submit(typ uint32, a, b, cc uint64, payload []byte) {
+	c.sqMu.Lock()
+	if len(c.sqOut) > 0 || !c.seg.Out.Put(typ, a, b, cc, payload) {
+		c.sqOut = append(c.sqOut, sqRec{typ: typ, a: a, b: b, c: cc, payload: bytes.Clone(payload)})
+	}
+	c.sqMu.Unlock()
+	if c.seg.TheyParked() {
+		c.bell.Ring()
+	}
+}
+
+// submitRef is submit with a memory reference as payload.
+func (c *Client) submitRef(typ uint32, a, b, cc uint64, ref wire.Ref) {
+	var p [wire.RefSize]byte
+	ref.Put(p[:])
+	c.submit(typ, a, b, cc, p[:])
+}
+
+// flushSQ moves work requests that waited for room onto the ring.
+func (c *Client) flushSQ() {
+	c.sqMu.Lock()
+	moved := false
+	for len(c.sqOut) > 0 {
+		x := c.sqOut[0]
+		if !c.seg.Out.Put(x.typ, x.a, x.b, x.c, x.payload) {
+			break
+		}
+		c.sqOut = c.sqOut[1:]
+		moved = true
+	}
+	c.sqMu.Unlock()
+	if moved && c.seg.TheyParked() {
+		c.bell.Ring()
+	}
+}
+
+// track registers a request before its work request is submitted.
+func (c *Client) track(r *hreq) error {
+	if err := c.lostErr(); err != nil {
+		return r.conn.opErr(r.op, err)
+	}
+	c.cqMu.Lock()
+	defer c.cqMu.Unlock()
+	select {
+	case <-c.closed:
+		return r.conn.opErr(r.op, fmt.Errorf("%w: plugin %s closed", transport.ErrClosed, c.name))
+	default:
+	}
+	r.id = c.nextID.Add(1)
+	c.reqs[r.id] = r
+	return nil
+}
+
+// poll takes the completions the plugin posted and reports whether there
+// were any. Concurrent callers do not wait for each other.
+func (c *Client) poll() bool {
+	if !c.cqMu.TryLock() {
+		return false
+	}
+	work := false
+	var done []*hreq
+	var res []result
+	for range 256 {
+		x, ok, err := c.seg.In.Next()
+		if err != nil || !ok {
+			break
+		}
+		if x.Type == wire.CQDone {
+			if r := c.reqs[x.A]; r != nil {
+				delete(c.reqs, x.A)
+				done = append(done, r)
+				res = append(res, r.result(x))
+			}
+		}
+		c.seg.In.Release(x)
+		work = true
+	}
+	c.cqMu.Unlock()
+	for i, r := range done {
+		r.finish(res[i])
+	}
+	if work {
+		c.flushSQ()
+	}
+	return work
+}
+
+// Poller methods (internal/request): a Wait spins on poll for a while;
+// the reaper takes over when nobody spins.
+
+// Poll implements request.Poller.
+func (c *Client) Poll() bool { return c.poll() }
+
+// Spin implements request.Poller.
+func (c *Client) Spin() time.Duration { return 50 * time.Microsecond }
+
+// Polling implements request.Poller.
+func (c *Client) Polling() { c.spinners.Add(1) }
+
+// Parking implements request.Poller.
+func (c *Client) Parking() {
+	if c.spinners.Add(-1) == 0 {
+		select {
+		case c.reaperWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reap takes completions while no Wait spins: it sleeps on the host
+// doorbell, which the plugin rings only while this side's parked flag is
+// set.
+func (c *Client) reap() {
+	for {
+		select {
+		case <-c.closed:
+			return
+		default:
+		}
+		if c.spinners.Load() > 0 {
+			select {
+			case <-c.reaperWake:
+			case <-c.closed:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
+		c.seg.Park()
+		c.cqMu.Lock()
+		pending := c.seg.In.Pending()
+		c.cqMu.Unlock()
+		if pending {
+			c.seg.Unpark()
+			c.poll()
+			continue
+		}
+		err := c.mine.Wait()
+		c.seg.Unpark()
+		if err != nil {
+			return
+		}
+		c.poll()
+	}
+}
+
+// result is a completion as read from the ring (its payload copied where
+// needed, since the record is released before the request finishes).
+type result struct {
+	n      int
+	status uint64
+	text   string
+}
+
+// logTail keeps the last lines a plugin wrote to its standard error (its
+// log, as JSON entries: their message is kept).
+type logTail struct {
+	mu   sync.Mutex
+	max  int
+	buf  []string
+	rest []byte
+}
+
+func newLogTail(max int) *logTail { return &logTail{max: max} }
+
+// Write implements io.Writer.
+func (t *logTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rest = append(t.rest, p...)
+	for {
+		i := bytes.IndexByte(t.rest, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(bytes.TrimSpace(t.rest[:i]))
+		t.rest = t.rest[i+1:]
+		if line == "" {
+			continue
+		}
+		var e struct {
+			Level   string `json:"@level"`
+			Message string `json:"@message"`
+			Error   string `json:"error"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Message != "" {
+			line = "[" + strings.ToUpper(e.Level) + "] " + e.Message
+			if e.Error != "" {
+				line += ": " + e.Error
+			}
+		}
+		t.buf = append(t.buf, line)
+		if len(t.buf) > t.max {
+			t.buf = t.buf[1:]
+		}
+	}
+	return len(p), nil
+}
+
+func (t *logTail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := append([]string(nil), t.buf...)
+	if len(t.rest) > 0 {
+		out = append(out, string(t.rest))
+	}
+	return out
+}
+
+// suffix formats the last lines for an error message ("" when none).
+func (t *logTail) suffix() string {
+	l := t.lines()
+	if len(l) == 0 {
+		return ""
+	}
+	return "; its last log lines:\n  " + strings.Join(l, "\n  ")
+}
+
+func closeFD(fd int) { unix.Close(fd) }

@@ -1,0 +1,181 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// BinaryPrefix starts the file name of every transport or collective
+// plugin: plugin "fabric" is the binary gorun-plugin-fabric.
+const BinaryPrefix = "gorun-plugin-"
+
+// EnvPath lists directories to search for plugins, separated by colons,
+// after --plugin-dir and before the standard directories.
+const EnvPath = "GORUN_PLUGIN_PATH"
+
+// SystemDir is the system-wide plugin directory.
+const SystemDir = "/usr/lib/gorun/plugins"
+
+// Dirs returns the plugin directories in search order: extra (from
+// --plugin-dir), then $GORUN_PLUGIN_PATH, then ~/.local/lib/gorun/plugins,
+// then /usr/lib/gorun/plugins. Empty entries are dropped.
+func Dirs(extra []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(d string) {
+		if d == "" || seen[d] {
+			return
+		}
+		seen[d] = true
+		out = append(out, d)
+	}
+	for _, d := range extra {
+		add(d)
+	}
+	for _, d := range filepath.SplitList(os.Getenv(EnvPath)) {
+		add(d)
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		add(filepath.Join(home, ".local", "lib", "gorun", "plugins"))
+	}
+	add(SystemDir)
+	return out
+}
+
+// Lookup returns the binary of plugin name: the first executable
+// gorun-plugin-<name> in Dirs(extra). A name with a slash is a path.
+func Lookup(name string, extra []string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: no plugin name", ErrNotFound)
+	}
+	if strings.ContainsRune(name, '/') {
+		if isExec(name) {
+			return name, nil
+		}
+		return "", fmt.Errorf("%w: %s is not an executable file", ErrNotFound, name)
+	}
+	dirs := Dirs(extra)
+	for _, d := range dirs {
+		p := filepath.Join(d, BinaryPrefix+name)
+		if isExec(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s%s in %s (set --plugin-dir or %s)", ErrNotFound, BinaryPrefix, name, strings.Join(dirs, ", "), EnvPath)
+}
+
+func isExec(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// Candidate is a plugin binary found in a plugin directory.
+type Candidate struct {
+	// Name is the plugin's name from its file name.
+	Name string
+	// Path is the binary.
+	Path string
+	// Shadowed is set for a binary that an earlier directory's binary of
+	// the same name hides.
+	Shadowed bool
+	// Problem says why the file cannot be a plugin (not executable), or "".
+	Problem string
+}
+
+// Discover lists the files named gorun-plugin-* in dirs, in search order.
+// Unlike go-plugin's Discover (a glob), it checks that each is an
+// executable file and marks the ones an earlier directory shadows.
+func Discover(dirs []string) []Candidate {
+	var out []Candidate
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		var names []string
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), BinaryPrefix) && len(e.Name()) > len(BinaryPrefix) {
+				names = append(names, e.Name())
+			}
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			p := filepath.Join(d, n)
+			c := Candidate{Name: strings.TrimPrefix(n, BinaryPrefix), Path: p}
+			if !isExec(p) {
+				c.Problem = "not an executable file"
+			} else if seen[c.Name] {
+				c.Shadowed = true
+			} else {
+				seen[c.Name] = true
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Listing is what gorun plugins list shows of one plugin.
+type Listing struct {
+	Candidate
+	Info    Info     `json:"info"`
+	Devices []Device `json:"devices"`
+	// Err says why the plugin could not be started or asked.
+	Err string `json:"error,omitempty"`
+}
+
+// Inspect starts the plugin at path outside a job, asks for its
+// description and devices, and stops it.
+func Inspect(ctx context.Context, path string, o Options) (Info, []Device, error) {
+	o.Path, o.Rank, o.Size, o.LocalRank = path, -1, -1, -1
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	c, err := Open(o)
+	if err != nil {
+		return Info{}, nil, err
+	}
+	defer c.Close()
+	info := c.Info()
+	var devs []Device
+	if info.Transport {
+		if devs, err = c.Devices(ctx); err != nil {
+			return info, nil, err
+		}
+	}
+	return info, devs, nil
+}
+
+// List inspects every usable plugin in dirs, several at a time.
+func List(ctx context.Context, dirs []string, o Options) []Listing {
+	cands := Discover(dirs)
+	out := make([]Listing, len(cands))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i, c := range cands {
+		out[i].Candidate = c
+		if c.Problem != "" || c.Shadowed {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			info, devs, err := Inspect(ctx, c.Path, o)
+			out[i].Info, out[i].Devices = info, devs
+			if err != nil {
+				out[i].Err = err.Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}

@@ -1,0 +1,15 @@
+// Package sdk is what a gorun plugin author imports: the interfaces a
+// transport or collective plugin implements ([Transport], [Collective]) and
+// [Serve], which the plugin's main calls.
+//
+// A gorun plugin is a program that gorun's ranks start as a
+// github.com/hashicorp/go-plugin subprocess. The control plane (devices,
+// listen, connect, accept, registration) is gRPC; the data plane never is:
+// the rank and the plugin share memfd-backed memory passed by file
+// descriptor, the rank posts work requests into a ring in that memory and
+// the plugin posts completions into another, each side ringing the other's
+// eventfd doorbell only when it sleeps. Small messages travel inside the
+// rings; larger ones stay in the rank's shared buffers, which the plugin
+// maps and registers once. All of this is the SDK's: an author implements
+// a handful of methods that move whole messages and calls Serve.
+package sdk
