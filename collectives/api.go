@@ -57,6 +57,9 @@ func AllReduceAsync[T Element](ctx context.Context, c *Communicator, buf []T, op
 
 func (o *task) allreduce(buf []byte) error {
 	c := o.c
+	if ok, err := o.offload(buf, buf, len(buf)/o.esz(), 0); ok {
+		return err
+	}
 	ch := c.Choose(CollAllReduce, int64(len(buf)))
 	if c.size > 1 {
 		if ch.Algorithm == AlgoHierarchical {
@@ -132,6 +135,9 @@ func (o *task) broadcast(buf []byte, root int) error {
 	c := o.c
 	if c.size == 1 {
 		return nil
+	}
+	if ok, err := o.offload(buf, buf, len(buf)/o.esz(), root); ok {
+		return err
 	}
 	ch := c.Choose(CollBroadcast, int64(len(buf)))
 	if ch.Algorithm != AlgoHierarchical {
@@ -240,6 +246,11 @@ func allGather[T Element](c *Communicator, send, recv []T) call {
 
 func (o *task) allgather(s, r []byte) error {
 	c := o.c
+	if len(r) == c.size*len(s) {
+		if ok, err := o.offload(s, r, len(s)/o.esz(), 0); ok {
+			return err
+		}
+	}
 	off := blocks(len(r)/o.esz(), c.size, o.esz())
 	copy(r[off[c.rank]:off[c.rank+1]], s)
 	ch := c.Choose(CollAllGather, int64(len(r)))
@@ -281,6 +292,11 @@ func reduceScatter[T Element](c *Communicator, send, recv []T, op Op) call {
 
 func (o *task) reduceScatter(s, r []byte) error {
 	c := o.c
+	if len(s) == c.size*len(r) {
+		if ok, err := o.offload(s, r, len(r)/o.esz(), 0); ok {
+			return err
+		}
+	}
 	off := blocks(len(s)/o.esz(), c.size, o.esz())
 	work := clone(s)
 	if c.size > 1 {
@@ -328,6 +344,9 @@ func allToAll[T Element](c *Communicator, send, recv []T) call {
 func (o *task) alltoall(s, r []byte) error {
 	c := o.c
 	b := len(s) / c.size
+	if ok, err := o.offload(s, r, b/o.esz(), 0); ok {
+		return err
+	}
 	ch := c.Choose(CollAllToAll, int64(b))
 	o.setAlgo(ch.Algorithm, 0)
 	return o.alltoallAlgo(ch.Algorithm, c.whole(), s, r, b)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -123,6 +124,8 @@ type Communicator struct {
 	flight     []*msg      // and its messages in flight
 	release    func()      // closes what Init opened for the world communicator
 	transports string      // what Init connected with ("shm+tcp"), "" for New
+	offload    Offloader   // the world communicator's collective plugin, or nil
+	offloaded  atomic.Uint64
 }
 
 // New returns the Communicator of rank among size ranks, communicating
@@ -235,6 +238,10 @@ func (c *Communicator) Close() error {
 	}
 	return nil
 }
+
+// Offloaded returns how many operations a collective plugin ran for this
+// communicator (see EnvPlugin); it declined the others.
+func (c *Communicator) Offloaded() uint64 { return c.offloaded.Load() }
 
 // Transports says which transports the communicator's world was connected
 // with by Init ("shm", "tcp", "shm+tcp", "self" for one rank), or "" for

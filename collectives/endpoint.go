@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/plugins"
 	"runtime"
 	"sync"
 	"time"
@@ -53,6 +54,8 @@ type endpoint struct {
 	trs     []transport.Transport
 	pollers []poller // the connections that progress when polled
 	crowded bool     // this host runs more of the world's ranks than this rank has CPUs
+	plugin  *plugins.Client
+	offload Offloader // the plugin's collectives, when every rank has them
 }
 
 var stagePool = sync.Pool{New: func() any { b := make([]byte, combineBytes); return &b }}
@@ -358,6 +361,9 @@ func (e *endpoint) Host(rank int) int { return e.hosts[rank] }
 func (e *endpoint) close() {
 	for _, t := range e.trs {
 		t.Close()
+	}
+	if e.plugin != nil {
+		e.plugin.Close()
 	}
 }
 

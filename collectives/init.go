@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/shm"
@@ -39,6 +40,18 @@ const (
 	// sender's memory (process_vm_readv, one copy) instead of going
 	// through the ring (two copies, in parallel); see shm.Options.CMA.
 	EnvCMA = "GORUN_COLL_CMA"
+	// EnvPlugin names a transport or collective plugin (gorun --plugin):
+	// its transport replaces TCP between hosts (or between every pair
+	// with GORUN_COLL_TRANSPORT=plugin), its collectives run the
+	// operations it accepts. A name is looked up as gorun-plugin-<name>
+	// in the plugin directories; a path is used as it is.
+	EnvPlugin = "GORUN_COLL_PLUGIN"
+	// EnvPluginOpts are the plugin's options, "key=value" separated by
+	// commas (gorun --plugin-opt, --fabric-provider).
+	EnvPluginOpts = "GORUN_PLUGIN_OPTS"
+	// EnvFallback set to "tcp" lets a rank whose plugin cannot start go
+	// on over TCP instead of failing (gorun --transport-fallback tcp).
+	EnvFallback = "GORUN_COLL_FALLBACK"
 )
 
 // DefaultSetupTimeout bounds InitWith's connection set-up when its
@@ -80,15 +93,31 @@ type Setup struct {
 	// Key prefixes the rendezvous keys; "" means "gorun.coll". Ranks that
 	// build several independent worlds give each its own.
 	Key string
+	// Plugin is a transport or collective plugin's name or path (see
+	// EnvPlugin); "" for none. Transport "plugin" uses its transport
+	// between every pair.
+	Plugin string
+	// PluginOptions are passed to the plugin.
+	PluginOptions map[string]string
+	// Fallback "tcp" goes on over TCP when the plugin cannot start or a
+	// peer has none; "" fails instead.
+	Fallback string
+	// LocalRank is the rank's index on its host, or -1 when unknown.
+	LocalRank int
 }
 
 // record is what each rank publishes.
 type record struct {
-	Host   int    `json:"host"`
-	TCP    []byte `json:"tcp,omitempty"`
-	SHM    []byte `json:"shm,omitempty"`
-	TCPErr string `json:"tcp_err,omitempty"`
-	SHMErr string `json:"shm_err,omitempty"`
+	Host      int    `json:"host"`
+	TCP       []byte `json:"tcp,omitempty"`
+	SHM       []byte `json:"shm,omitempty"`
+	Plugin    []byte `json:"plugin,omitempty"`
+	TCPErr    string `json:"tcp_err,omitempty"`
+	SHMErr    string `json:"shm_err,omitempty"`
+	PluginErr string `json:"plugin_err,omitempty"`
+	// Coll is the handle of the plugin's collective, when it has one.
+	Coll    []byte `json:"coll,omitempty"`
+	HasColl bool   `json:"has_coll,omitempty"`
 }
 
 // Init returns the world communicator of a Go rank started by gorun: it
@@ -143,8 +172,24 @@ func SetupFromEnv() (Setup, error) {
 		num("GORUN_NODE_RANK", &s.Host, false), num("GORUN_NODE_COUNT", &s.Hosts, false), num(EnvStreams, &s.Streams, false)); err != nil {
 		return s, err
 	}
+	s.LocalRank = -1
+	if err := num("GORUN_LOCAL_RANK", &s.LocalRank, false); err != nil {
+		return s, err
+	}
 	s.Transport = os.Getenv(EnvTransport)
 	s.CMA = os.Getenv(EnvCMA) == "1"
+	s.Plugin = os.Getenv(EnvPlugin)
+	s.Fallback = os.Getenv(EnvFallback)
+	if v := os.Getenv(EnvPluginOpts); v != "" {
+		s.PluginOptions = map[string]string{}
+		for _, kv := range strings.Split(v, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return s, fmt.Errorf("collectives: init: %s: %q is not key=value", EnvPluginOpts, kv)
+			}
+			s.PluginOptions[k] = val
+		}
+	}
 	s.Iface = os.Getenv(EnvIface)
 	if s.Iface == "" && s.Hosts > 1 {
 		s.Iface = routeIface(os.Getenv("MASTER_ADDR"))
@@ -168,8 +213,17 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	}
 	switch s.Transport {
 	case "", "auto", "tcp", "shm":
+	case "plugin":
+		if s.Plugin == "" {
+			return nil, fmt.Errorf("%w: init: transport plugin needs a plugin (%s, gorun --plugin)", ErrInvalid, EnvPlugin)
+		}
 	default:
-		return nil, fmt.Errorf("%w: init: transport %q: want auto, tcp or shm (%s)", ErrInvalid, s.Transport, EnvTransport)
+		return nil, fmt.Errorf("%w: init: transport %q: want auto, tcp, shm or plugin (%s)", ErrInvalid, s.Transport, EnvTransport)
+	}
+	switch s.Fallback {
+	case "", "tcp":
+	default:
+		return nil, fmt.Errorf("%w: init: transport fallback %q: want tcp or nothing (%s)", ErrInvalid, s.Fallback, EnvFallback)
 	}
 	if s.Key == "" {
 		s.Key = "gorun.coll"
@@ -191,12 +245,46 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 		}
 	}()
 
-	// Listen on both kinds: which one a peer needs is known only after
-	// the fence, and an idle listener costs one socket.
+	// Listen on every kind this rank may need: which one a peer needs is
+	// known only after the fence, and an idle listener costs one socket.
 	rec := record{Host: s.Host}
-	var lis [2]transport.Listener // tcp, shm
-	var trs [2]transport.Transport
-	if s.Transport == "tcp" || (s.Transport != "shm" && s.Hosts != 1) {
+	var lis [3]transport.Listener // tcp, shm, plugin
+	var trs [3]transport.Transport
+	names := [3]string{"tcp", "shm", "plugin"}
+	var coll *plugins.Collective
+	if s.Plugin != "" && s.Transport != "tcp" && s.Transport != "shm" {
+		pl, err := openPlugin(s)
+		if err == nil {
+			names[2] = pl.Name()
+			e.plugin = pl
+			if pl.Info().Transport {
+				t, _ := pl.Transport()
+				trs[2] = t
+				if lis[2], err = t.Listen(ctx); err != nil {
+					err = fmt.Errorf("plugin %s: listen: %w", pl.Name(), err)
+				}
+			}
+			if err == nil && pl.Info().Collective {
+				coll, _ = pl.Collective()
+				if rec.Coll, err = coll.Handle(ctx); err == nil {
+					rec.HasColl = true
+				}
+			}
+		}
+		if err != nil {
+			if e.plugin != nil {
+				e.plugin.Close()
+				e.plugin, trs[2], lis[2] = nil, nil, nil
+			}
+			if s.Fallback != "tcp" {
+				return nil, fmt.Errorf("collectives: init: rank %d: %w (gorun --transport-fallback tcp goes on without it)", s.Rank, err)
+			}
+			fmt.Fprintf(os.Stderr, "gorun: rank %d: %v; going on over tcp (--transport-fallback tcp)\n", s.Rank, err)
+			rec.PluginErr = err.Error()
+			coll, rec.Coll, rec.HasColl = nil, nil, false
+		}
+	}
+	if s.Transport == "tcp" || (s.Transport != "shm" && (s.Hosts != 1 || s.Transport == "plugin")) {
 		t, err := tcp.New(tcp.Options{Iface: s.Iface, Streams: s.Streams})
 		if err == nil {
 			trs[0] = t
@@ -206,7 +294,7 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 			rec.TCPErr = err.Error()
 		}
 	}
-	if s.Transport != "tcp" {
+	if s.Transport != "tcp" && s.Transport != "plugin" {
 		t, err := shm.New(shm.Options{CMA: s.CMA})
 		if err == nil {
 			trs[1] = t
@@ -226,6 +314,9 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	}
 	if lis[1] != nil {
 		rec.SHM = lis[1].Handle()
+	}
+	if lis[2] != nil {
+		rec.Plugin = lis[2].Handle()
 	}
 	b, _ := json.Marshal(rec)
 	key := func(r int) string { return s.Key + "." + strconv.Itoa(r) }
@@ -251,27 +342,47 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 		e.hosts[r] = recs[r].Host
 	}
 
-	// kind says which transport a pair uses: 0 tcp, 1 shm.
+	// kind says which transport a pair uses: 0 tcp, 1 shm, 2 the plugin's
+	// (where both ends have it; TCP otherwise, which only a fallback
+	// allows).
 	kind := func(peer int) int {
+		plugin := rec.Plugin != nil && recs[peer].Plugin != nil
 		switch {
 		case s.Transport == "tcp":
 			return 0
-		case s.Transport == "shm" || e.hosts[peer] == s.Host:
+		case s.Transport == "shm":
 			return 1
+		case s.Transport == "plugin" && plugin:
+			return 2
+		case s.Transport == "plugin":
+			return 0
+		case e.hosts[peer] == s.Host:
+			return 1
+		case plugin:
+			return 2
 		}
 		return 0
 	}
-	names := [2]string{"tcp", "shm"}
-	expect := [2]int{}
+	errsOf := func(r record) [3]string { return [3]string{r.TCPErr, r.SHMErr, r.PluginErr} }
+	expect := [3]int{}
 	for r := range s.Size {
 		if r == s.Rank {
 			continue
 		}
 		k := kind(r)
+		if k == 0 && s.Plugin != "" && s.Fallback != "tcp" && (s.Transport == "plugin" || e.hosts[r] != s.Host) {
+			who, why := r, recs[r].PluginErr
+			if rec.Plugin == nil {
+				who, why = s.Rank, rec.PluginErr
+			}
+			if why == "" {
+				why = "the plugin provides no transport"
+			}
+			return nil, fmt.Errorf("collectives: init: rank %d has no %s transport to reach rank %d: rank %d: %s", s.Rank, names[2], r, who, why)
+		}
 		expect[k]++
 		if lis[k] == nil {
-			why := [2]string{rec.TCPErr, rec.SHMErr}[k]
-			return nil, fmt.Errorf("collectives: init: rank %d needs %s to reach rank %d (host %d) but cannot listen on it: %s", s.Rank, names[k], r, e.hosts[r], why)
+			return nil, fmt.Errorf("collectives: init: rank %d needs %s to reach rank %d (host %d) but cannot listen on it: %s", s.Rank, names[k], r, e.hosts[r], errsOf(rec)[k])
 		}
 		e.links[r] = &link{name: names[k]}
 	}
@@ -295,9 +406,9 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 		go func() {
 			defer wg.Done()
 			k := kind(r)
-			h := [2][]byte{recs[r].TCP, recs[r].SHM}[k]
+			h := [3][]byte{recs[r].TCP, recs[r].SHM, recs[r].Plugin}[k]
 			if h == nil {
-				why := [2]string{recs[r].TCPErr, recs[r].SHMErr}[k]
+				why := errsOf(recs[r])[k]
 				if why == "" {
 					why = "it did not listen on " + names[k] + " (is " + EnvTransport + " the same on every rank?)"
 				}
@@ -357,6 +468,14 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 			}
 		}
 	}
+	if coll != nil {
+		if err := joinCollective(ctx, s, coll, recs); err != nil {
+			return nil, err
+		}
+		if recsHaveColl(recs) {
+			e.offload = coll
+		}
+	}
 	c, err := newWorld(e, s.Size, opts)
 	if err == nil {
 		ok = true
@@ -405,6 +524,7 @@ func newWorld(e *endpoint, size int, opts *Options) (*Communicator, error) {
 	}
 	c.release = e.close
 	c.transports = describe(e)
+	c.offload = e.offload
 	return c, nil
 }
 

@@ -67,6 +67,13 @@ func (m *memKV) Fence(ctx context.Context) error {
 // returns each rank's error.
 func world(t *testing.T, n int, transport string, hosts []int, opts *collectives.Options, f func(c *collectives.Communicator) error) []error {
 	t.Helper()
+	return worldWith(t, n, collectives.Setup{Transport: transport}, hosts, opts, f)
+}
+
+// worldWith is world with more of the Setup (a plugin, a fallback): every
+// rank gets s with its own place filled in.
+func worldWith(t *testing.T, n int, s collectives.Setup, hosts []int, opts *collectives.Options, f func(c *collectives.Communicator) error) []error {
+	t.Helper()
 	kv := newMemKV(n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -76,12 +83,13 @@ func world(t *testing.T, n int, transport string, hosts []int, opts *collectives
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			h := 0
-			if hosts != nil {
-				h = hosts[r]
-			}
+			s := s
 			// Loopback only: tests never listen on another interface.
-			c, err := collectives.InitWith(ctx, collectives.Setup{Rank: r, Size: n, Host: h, KV: kv, Transport: transport, Iface: "=lo"}, opts)
+			s.Rank, s.Size, s.KV, s.Iface, s.LocalRank = r, n, kv, "=lo", -1
+			if hosts != nil {
+				s.Host = hosts[r]
+			}
+			c, err := collectives.InitWith(ctx, s, opts)
 			if err != nil {
 				errs[r] = err
 				return

@@ -82,11 +82,14 @@ const (
 	// AlgoHierarchical: inside each host, then across hosts (one rank per
 	// host or per local index), then inside again; see [Choice.Phases].
 	AlgoHierarchical
+	// AlgoPlugin: a collective plugin ran the operation (never chosen
+	// from the table).
+	AlgoPlugin
 	numAlgorithms
 )
 
 var algoNames = [...]string{"none", "ring", "recursive-doubling", "rabenseifner", "binomial", "chain", "binary-tree",
-	"scatter-allgather", "reducescatter-gather", "bruck", "recursive-halving", "linear", "pairwise", "dissemination", "hierarchical"}
+	"scatter-allgather", "reducescatter-gather", "bruck", "recursive-halving", "linear", "pairwise", "dissemination", "hierarchical", "plugin"}
 
 // String returns the algorithm's name in the table ("ring", ...).
 func (a Algorithm) String() string {

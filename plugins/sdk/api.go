@@ -90,10 +90,10 @@ type Device struct {
 // are the SDK's business), so a Transport only moves whole messages, in
 // order, on one-way connections.
 //
-// Listen, Connect, Accept and Close may be called from several goroutines
-// at once. The data path (Send, Recv and every Request's Test, on all
-// connections) is called from one goroutine, the SDK's progress loop, and
-// must not block.
+// Listen, Connect, Accept, Register, Deregister and Close may be called
+// from several goroutines at once, also while the data path runs. The data
+// path (Send, Recv and every Request's Test, on all connections) is called
+// from one goroutine, the SDK's progress loop, and must not block.
 type Transport interface {
 	// Devices lists what the transport can use on this host.
 	Devices(ctx context.Context) ([]Device, error)

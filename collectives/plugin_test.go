@@ -1,0 +1,154 @@
+package collectives_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/collectives"
+)
+
+var pluginBins struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// pluginBin builds the shipped plugin in plugins/<name> once per test
+// binary and returns its path.
+func pluginBin(t *testing.T, name string) string {
+	t.Helper()
+	pluginBins.once.Do(func() {
+		pluginBins.dir, pluginBins.err = os.MkdirTemp("", "coll-plugins")
+		for _, n := range []string{"tcpexample", "collexample"} {
+			if pluginBins.err != nil {
+				return
+			}
+			out, err := exec.Command("go", "build", "-o", filepath.Join(pluginBins.dir, "gorun-plugin-"+n), "github.com/gorun/gorun/plugins/"+n).CombinedOutput()
+			if err != nil {
+				pluginBins.err = fmt.Errorf("building %s: %v\n%s", n, err, out)
+			}
+		}
+	})
+	if pluginBins.err != nil {
+		t.Fatal(pluginBins.err)
+	}
+	return filepath.Join(pluginBins.dir, "gorun-plugin-"+name)
+}
+
+// pluginWorld is worldWith with a one-minute timeout.
+func pluginWorld(t *testing.T, n int, s collectives.Setup, hosts []int, f func(c *collectives.Communicator) error) []error {
+	t.Helper()
+	return worldWith(t, n, s, hosts, &collectives.Options{Timeout: time.Minute}, f)
+}
+
+// A transport plugin carries the collectives between hosts (shared memory
+// stays inside one), or between every pair when forced.
+func TestInitPluginTransport(t *testing.T) {
+	bin := pluginBin(t, "tcpexample")
+	for _, tc := range []struct {
+		name      string
+		transport string
+		hosts     []int
+		want      string
+	}{
+		{"hosts", "auto", []int{0, 0, 1, 2}, "shm+tcpexample"},
+		{"forced", "plugin", nil, "tcpexample"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := pluginWorld(t, 4, collectives.Setup{Transport: tc.transport, Plugin: bin}, tc.hosts, func(c *collectives.Communicator) error {
+				if got := c.Transports(); got != tc.want && !(got == "tcpexample" && c.Rank() >= 2) {
+					return fmt.Errorf("transports %q, want %q", got, tc.want)
+				}
+				ctx := context.Background()
+				for coll := range collectives.CollBarrier + 1 {
+					for _, length := range []int{0, 37, 5000, 300000} {
+						if err := exerciseAll(ctx, c, coll, length, someTypes); err != nil {
+							return fmt.Errorf("%s, %d elements: %w", coll, length, err)
+						}
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A plugin that cannot start fails Init with an error that names it, or,
+// with the TCP fallback, the job goes on over TCP.
+func TestInitPluginFallback(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "gorun-plugin-nothere")
+	errs := pluginWorld(t, 2, collectives.Setup{Transport: "plugin", Plugin: missing}, nil, func(c *collectives.Communicator) error { return nil })
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "gorun-plugin-nothere") || !strings.Contains(err.Error(), "--transport-fallback tcp") {
+			t.Errorf("rank %d without fallback: %v", r, err)
+		}
+	}
+	errs = pluginWorld(t, 3, collectives.Setup{Plugin: missing, Fallback: "tcp"}, []int{0, 1, 2}, func(c *collectives.Communicator) error {
+		if got := c.Transports(); got != "tcp" {
+			return fmt.Errorf("transports %q, want tcp", got)
+		}
+		return exerciseAll(context.Background(), c, collectives.CollAllReduce, 1000, someTypes)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The communicator hands a collective plugin the operations it accepts
+// (collexample: allreduce sum of float32/float64) and runs the others
+// itself; results are right either way.
+func TestCollectivePlugin(t *testing.T) {
+	bin := pluginBin(t, "collexample")
+	errs := pluginWorld(t, 3, collectives.Setup{Plugin: bin}, nil, func(c *collectives.Communicator) error {
+		ctx := context.Background()
+		for _, n := range []int{1, 1000, 1 << 18} {
+			x := make([]float64, n)
+			for i := range x {
+				x[i] = float64(c.Rank()*n + i)
+			}
+			before := c.Offloaded()
+			if err := collectives.AllReduce(ctx, c, x, collectives.Sum); err != nil {
+				return err
+			}
+			if c.Offloaded() != before+1 {
+				return fmt.Errorf("a float64 sum of %d was not offloaded (%d -> %d)", n, before, c.Offloaded())
+			}
+			for i, v := range x {
+				if want := float64(3*i + 3*n); v != want {
+					return fmt.Errorf("element %d of %d: %v, want %v", i, n, v, want)
+				}
+			}
+			y := make([]int32, n)
+			for i := range y {
+				y[i] = int32(c.Rank() + 1)
+			}
+			before = c.Offloaded()
+			if err := collectives.AllReduce(ctx, c, y, collectives.Prod); err != nil {
+				return err
+			}
+			if c.Offloaded() != before {
+				return errors.New("an int32 product was offloaded, which collexample declines")
+			}
+			for i, v := range y {
+				if v != 6 {
+					return fmt.Errorf("product element %d: %d", i, v)
+				}
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

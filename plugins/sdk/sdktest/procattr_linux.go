@@ -1,0 +1,8 @@
+package sdktest
+
+import "syscall"
+
+// dieWithParent makes the peer process die with the test process.
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package sdktest
+
+import "syscall"
+
+// dieWithParent is a no-op where the peer cannot be tied to the test
+// process.
+func dieWithParent() *syscall.SysProcAttr { return nil }
