@@ -1,21 +1,13 @@
 package transporttest
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/peerproc"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -23,35 +15,12 @@ import (
 // that test.
 const envPeer = "GORUN_TRANSPORTTEST_PEER"
 
-func isPeer() bool { return os.Getenv(envPeer) != "" }
-
 // peer is one process's end of a two-process test: a connection each way
 // and a line-based control channel to the other process.
 type peer struct {
 	sc  transport.SendConn
 	rc  transport.RecvConn
-	in  *bufio.Reader
-	out io.Writer
-}
-
-func (p *peer) say(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if _, err := fmt.Fprintf(p.out, format+"\n", args...); err != nil {
-		t.Fatalf("control channel: %v", err)
-	}
-}
-
-func (p *peer) expect(t *testing.T, word string) string {
-	t.Helper()
-	line, err := p.in.ReadString('\n')
-	if err != nil {
-		t.Fatalf("control channel: waiting for %q: %v", word, err)
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(line), word)
-	if !ok {
-		t.Fatalf("control channel: got %q, want %q", line, word)
-	}
-	return strings.TrimSpace(rest)
+	ctl *peerproc.Ctl
 }
 
 // link connects both ways with the other process through the control
@@ -64,8 +33,8 @@ func (p *peer) link(t *testing.T, tr transport.Transport) {
 		t.Fatalf("Listen: %v", err)
 	}
 	defer l.Close()
-	p.say(t, "handle %x", []byte(l.Handle()))
-	h, err := hex.DecodeString(p.expect(t, "handle"))
+	p.ctl.Say(t, "handle %x", []byte(l.Handle()))
+	h, err := hex.DecodeString(p.ctl.Expect(t, "handle"))
 	if err != nil {
 		t.Fatalf("control channel: %v", err)
 	}
@@ -84,92 +53,31 @@ func (p *peer) link(t *testing.T, tr transport.Transport) {
 	t.Cleanup(func() { closeConn(t, p.sc); closeConn(t, p.rc) })
 }
 
-// runPattern is the -test.run pattern that selects exactly test name.
-func runPattern(name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+// peerConfig is how process runs the peer process. Control lines have no
+// time limit of their own: -test.timeout bounds the peer.
+func peerConfig() peerproc.Config {
+	args := []string{"-test.timeout=2m"}
+	if testing.Short() {
+		args = append(args, "-test.short")
 	}
-	return strings.Join(parts, "/")
+	return peerproc.Config{Env: envPeer, Args: args, ExitTimeout: opTimeout}
 }
 
 // process runs a two-process test: this process runs parent; the test
-// binary, re-executed, runs child in the same test.
-func (s *suite) process(t *testing.T, parent func(*testing.T, *peer, *child), inChild func(*testing.T, *peer)) {
-	if name := os.Getenv(envPeer); name != "" {
-		if name != t.Name() {
-			t.Skip("another test's peer")
-		}
-		p := &peer{in: bufio.NewReader(os.Stdin), out: os.NewFile(3, "control")}
+// binary, re-executed by peerproc, runs inChild in the same test.
+func (s *suite) process(t *testing.T, parent func(*testing.T, *peer, *peerproc.Child), inChild func(*testing.T, *peer)) {
+	if ctl, ok := peerproc.Attach(t, peerConfig()); ok {
+		p := &peer{ctl: ctl}
 		p.link(t, s.transport(t))
 		inChild(t, p)
 		return
 	}
 	t.Parallel()
 	tr := s.transport(t)
-	args := []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.timeout=2m"}
-	if testing.Short() {
-		args = append(args, "-test.short")
-	}
-	if testing.Verbose() {
-		args = append(args, "-test.v")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), envPeer+"="+t.Name())
-	cmd.SysProcAttr = dieWithParent()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.ExtraFiles = []*os.File{ctlW}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the peer process: %v", err)
-	}
-	ctlW.Close()
-	c := &child{cmd: cmd, stdin: stdin, ctl: ctlR}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.wait()
-		if t.Failed() {
-			t.Logf("peer process output:\n%s", out.String())
-		}
-	})
-	p := &peer{in: bufio.NewReader(ctlR), out: stdin}
+	c := peerproc.Start(t, peerConfig())
+	p := &peer{ctl: c.Ctl}
 	p.link(t, tr)
 	parent(t, p, c)
-}
-
-// child is the peer process.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-	ctl   io.Closer
-	once  sync.Once
-	err   error
-}
-
-// wait closes the control channel, which tells the child to finish, and
-// returns how it exited.
-func (c *child) wait() error {
-	c.once.Do(func() {
-		c.stdin.Close()
-		done := make(chan error, 1)
-		go func() { done <- c.cmd.Wait() }()
-		select {
-		case c.err = <-done:
-		case <-time.After(opTimeout):
-			c.cmd.Process.Kill()
-			c.err = fmt.Errorf("the peer process did not exit within %v: %w", opTimeout, <-done)
-		}
-		c.ctl.Close()
-	})
-	return c.err
 }
 
 func (s *suite) testProcess(t *testing.T) {
@@ -191,7 +99,7 @@ func exchangeSizes() []int {
 
 // exchangeParent ping-pongs small messages, then has every message of
 // exchangeSizes in flight to the child while the child echoes them back.
-func exchangeParent(t *testing.T, p *peer, c *child) {
+func exchangeParent(t *testing.T, p *peer, c *peerproc.Child) {
 	ping, pong := make([]byte, 8), make([]byte, 8)
 	for i := range 100 {
 		binary.LittleEndian.PutUint64(ping, uint64(i))
@@ -243,8 +151,8 @@ func exchangeParent(t *testing.T, p *peer, c *child) {
 	if err := check(dst, 77); err != nil {
 		t.Errorf("message from a registered region: %v", err)
 	}
-	p.expect(t, "done")
-	if err := c.wait(); err != nil {
+	p.ctl.Expect(t, "done")
+	if err := c.Wait(); err != nil {
 		t.Errorf("peer process: %v", err)
 	}
 }
@@ -287,14 +195,14 @@ func exchangeChild(t *testing.T, p *peer) {
 	if err := p.sc.DeregMr(mh); err != nil {
 		t.Errorf("DeregMr: %v", err)
 	}
-	p.say(t, "done")
-	io.Copy(io.Discard, p.in) // until the parent closes the channel
+	p.ctl.Say(t, "done")
+	p.ctl.Drain() // until the parent closes the channel
 }
 
 // killParent leaves a receive and a large send pending with the child,
 // kills the child, and wants both to fail soon, naming the peer.
-func killParent(t *testing.T, p *peer, c *child) {
-	p.expect(t, "ready")
+func killParent(t *testing.T, p *peer, c *peerproc.Child) {
+	p.ctl.Expect(t, "ready")
 	rr := irecv(t, p.rc, make([]byte, 64), 1, nil)
 	sr := isend(t, p.sc, make([]byte, 8<<20), 1, nil)
 	time.Sleep(20 * time.Millisecond)
@@ -302,7 +210,7 @@ func killParent(t *testing.T, p *peer, c *child) {
 		t.Fatalf("receive done before the peer sent anything: %v", err)
 	}
 	start := time.Now()
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	lostIn(t, "receive from a killed process", rr, p.rc.Peer(), start)
@@ -313,6 +221,6 @@ func killParent(t *testing.T, p *peer, c *child) {
 }
 
 func killChild(t *testing.T, p *peer) {
-	p.say(t, "ready")
-	io.Copy(io.Discard, p.in) // killed while waiting here
+	p.ctl.Say(t, "ready")
+	p.ctl.Drain() // killed while waiting here
 }

@@ -1,20 +1,12 @@
 package sdktest
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
-	"io"
-	"os"
-	"os/exec"
-	"regexp"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/peerproc"
 	"github.com/gorun/gorun/plugins/sdk"
 )
 
@@ -29,44 +21,7 @@ type peer struct {
 	tr  sdk.Transport
 	sc  sdk.SendConn
 	rc  sdk.RecvConn
-	in  *bufio.Reader
-	out io.Writer
-}
-
-func (p *peer) say(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if _, err := fmt.Fprintf(p.out, format+"\n", args...); err != nil {
-		t.Fatalf("control channel: %v", err)
-	}
-}
-
-// expect reads the next line from the other process, which must start
-// with word, and returns the rest.
-func (p *peer) expect(t *testing.T, word string) string {
-	t.Helper()
-	type result struct {
-		line string
-		err  error
-	}
-	got := make(chan result, 1)
-	go func() {
-		line, err := p.in.ReadString('\n')
-		got <- result{line, err}
-	}()
-	var r result
-	select {
-	case r = <-got:
-	case <-time.After(opTimeout):
-		t.Fatalf("control channel: no %q from the other process within %v", word, opTimeout)
-	}
-	if r.err != nil {
-		t.Fatalf("control channel: waiting for %q: %v", word, r.err)
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(r.line), word)
-	if !ok {
-		t.Fatalf("control channel: got %q, want %q", r.line, word)
-	}
-	return strings.TrimSpace(rest)
+	ctl *peerproc.Ctl
 }
 
 // link connects both ways with the other process: each side listens,
@@ -75,96 +30,37 @@ func (p *peer) expect(t *testing.T, word string) string {
 func (p *peer) link(t *testing.T) {
 	t.Helper()
 	l, hd := p.h.listen(p.tr)
-	p.say(t, "handle %x", hd)
-	other, err := hex.DecodeString(p.expect(t, "handle"))
+	p.ctl.Say(t, "handle %x", hd)
+	other, err := hex.DecodeString(p.ctl.Expect(t, "handle"))
 	if err != nil {
 		t.Fatalf("control channel: %v", err)
 	}
 	p.sc, p.rc = p.h.dial(p.tr, l, other)
 }
 
-// runPattern is the -test.run pattern that selects exactly test name.
-func runPattern(name string) string {
-	parts := strings.Split(name, "/")
-	for i, p := range parts {
-		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
-	}
-	return strings.Join(parts, "/")
-}
-
-// child is the peer process, seen from the parent.
-type child struct {
-	cmd   *exec.Cmd
-	stdin io.Closer
-	ctl   io.Closer
-	once  sync.Once
-	err   error
-}
-
-// wait closes the control channel, which tells the child to finish, and
-// returns how it exited.
-func (c *child) wait() error {
-	c.once.Do(func() {
-		c.stdin.Close()
-		done := make(chan error, 1)
-		go func() { done <- c.cmd.Wait() }()
-		select {
-		case c.err = <-done:
-		case <-time.After(opTimeout):
-			c.cmd.Process.Kill()
-			c.err = fmt.Errorf("the peer process did not exit within %v: %w", opTimeout, <-done)
-		}
-		c.ctl.Close()
-	})
-	return c.err
+// peerConfig is how process runs the peer process; opTimeout bounds the
+// wait for each control line.
+var peerConfig = peerproc.Config{
+	Env:           envPeer,
+	Args:          []string{"-test.timeout=3m"},
+	ExitTimeout:   opTimeout,
+	ExpectTimeout: opTimeout,
 }
 
 // process runs a two-process test: this process runs parent; the test
-// binary, re-executed with -test.run naming this test and envPeer set,
-// runs inChild in the same test. Both sides make their Transport with
-// newTransport.
-func (s *suite) process(t *testing.T, parent func(*testing.T, *peer, *child), inChild func(*testing.T, *peer)) {
-	if name := os.Getenv(envPeer); name != "" {
-		if name != t.Name() {
-			t.Skip("another test's peer")
-		}
-		p := &peer{h: newHarness(t), tr: s.transport(t), in: bufio.NewReader(os.Stdin), out: os.NewFile(3, "control")}
+// binary, re-executed by peerproc with -test.run naming this test and
+// envPeer set, runs inChild in the same test. Both sides make their
+// Transport with newTransport.
+func (s *suite) process(t *testing.T, parent func(*testing.T, *peer, *peerproc.Child), inChild func(*testing.T, *peer)) {
+	if ctl, ok := peerproc.Attach(t, peerConfig); ok {
+		p := &peer{h: newHarness(t), tr: s.transport(t), ctl: ctl}
 		p.link(t)
 		inChild(t, p)
 		return
 	}
 	tr := s.transport(t)
-	args := []string{"-test.run=" + runPattern(t.Name()), "-test.count=1", "-test.timeout=3m"}
-	if testing.Verbose() {
-		args = append(args, "-test.v")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), envPeer+"="+t.Name())
-	cmd.SysProcAttr = dieWithParent()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatalf("peer process: %v", err)
-	}
-	ctlR, ctlW, err := os.Pipe()
-	if err != nil {
-		t.Fatalf("peer process: %v", err)
-	}
-	cmd.ExtraFiles = []*os.File{ctlW}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start the peer process: %v", err)
-	}
-	ctlW.Close()
-	c := &child{cmd: cmd, stdin: stdin, ctl: ctlR}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.wait()
-		if t.Failed() {
-			t.Logf("peer process output:\n%s", out.String())
-		}
-	})
-	p := &peer{h: newHarness(t), tr: tr, in: bufio.NewReader(ctlR), out: stdin}
+	c := peerproc.Start(t, peerConfig)
+	p := &peer{h: newHarness(t), tr: tr, ctl: c.Ctl}
 	p.link(t)
 	parent(t, p, c)
 }
@@ -182,7 +78,7 @@ const regionMsg = 4<<20 + 3
 // sizes, each after a header with its length, for the child to echo while
 // later ones are still in flight; last it receives a message the child
 // sends from registered memory into registered memory.
-func exchangeParent(t *testing.T, p *peer, c *child) {
+func exchangeParent(t *testing.T, p *peer, c *peerproc.Child) {
 	h := p.h
 	ping, pong := make([]byte, 8), make([]byte, 8)
 	for i := range 50 {
@@ -224,8 +120,8 @@ func exchangeParent(t *testing.T, p *peer, c *child) {
 		t.Fatalf("message from registered memory: %v", err)
 	}
 	h.deregister(p.tr, reg)
-	p.expect(t, "done")
-	if err := c.wait(); err != nil {
+	p.ctl.Expect(t, "done")
+	if err := c.Wait(); err != nil {
 		t.Errorf("peer process: %v", err)
 	}
 }
@@ -260,16 +156,16 @@ func exchangeChild(t *testing.T, p *peer) {
 	reg := h.register(p.tr, mem)
 	h.ok(h.send(p.sc, mem[:regionMsg], reg, "message from registered memory"), regionMsg)
 	h.deregister(p.tr, reg)
-	p.say(t, "done")
-	io.Copy(io.Discard, p.in) // until the parent closes the channel
+	p.ctl.Say(t, "done")
+	p.ctl.Drain() // until the parent closes the channel
 }
 
 // killParent leaves a receive and a large send pending with the child,
 // kills the child with SIGKILL, and wants both to fail with ErrPeerLost
 // within LostWithin.
-func killParent(t *testing.T, p *peer, c *child) {
+func killParent(t *testing.T, p *peer, c *peerproc.Child) {
 	h := p.h
-	p.expect(t, "ready")
+	p.ctl.Expect(t, "ready")
 	r := h.recv(p.rc, make([]byte, 64), nil, "receive from a killed process")
 	snd := h.send(p.sc, make([]byte, big), nil, "send of "+sizeName(big)+" to a killed process")
 	if h.poll(20*time.Millisecond, r) {
@@ -277,7 +173,7 @@ func killParent(t *testing.T, p *peer, c *child) {
 	}
 	sendDone := snd.done
 	start := time.Now()
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Kill(); err != nil {
 		t.Fatalf("kill the peer process: %v", err)
 	}
 	h.fails(r, sdk.ErrPeerLost, start, LostWithin)
@@ -287,6 +183,6 @@ func killParent(t *testing.T, p *peer, c *child) {
 }
 
 func killChild(t *testing.T, p *peer) {
-	p.say(t, "ready")
-	io.Copy(io.Discard, p.in) // killed while waiting here
+	p.ctl.Say(t, "ready")
+	p.ctl.Drain() // killed while waiting here
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package sdktest
+package peerproc
 
 import "syscall"
 

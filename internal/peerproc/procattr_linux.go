@@ -1,4 +1,4 @@
-package sdktest
+package peerproc
 
 import "syscall"
 

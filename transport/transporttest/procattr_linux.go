@@ -1,8 +1,0 @@
-package transporttest
-
-import "syscall"
-
-// dieWithParent makes the peer process die with the test process.
-func dieWithParent() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
