@@ -36,9 +36,11 @@
 //     the Request is done.
 //
 // All C memory of a Request is freed when it completes, or by
-// [Endpoint.Close]. The copies cost bandwidth for large messages; a
-// zero-copy path, where the application's buffers themselves live in C or
-// memfd-backed memory registered once, is a later step.
+// [Endpoint.Close]. The copies cost bandwidth for large messages. The
+// zero-copy path is [Endpoint.RegisterExternal]: memory outside the Go heap
+// (mmapped from a memfd, C-allocated) registered once; sends and receives of
+// buffers inside it are posted on the buffers themselves, with the MR's
+// descriptor when the provider needs FI_MR_LOCAL.
 //
 // Providers that need local memory registration (FI_MR_LOCAL in the
 // domain's mr_mode, e.g. some verbs and EFA setups) get it: [Endpoint.Register]

@@ -133,6 +133,10 @@ static ssize_t gofi_trecv(struct fid_ep *ep, void *buf, size_t len, void *desc,
 	return fi_trecv(ep, buf, len, desc, src, tag, 0, ctx);
 }
 
+static int gofi_cancel(struct fid_ep *ep, void *ctx) {
+	return (int)fi_cancel(&ep->fid, ctx);
+}
+
 static ssize_t gofi_cq_read(struct fid_cq *cq, struct fi_cq_tagged_entry *ents) {
 	return fi_cq_read(cq, ents, GOFI_BATCH);
 }
@@ -163,6 +167,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -286,22 +291,33 @@ type Endpoint struct {
 // choice): fabric, domain, an FI_EP_RDM endpoint with FI_TAGGED and FI_MSG
 // (and FI_DIRECTED_RECV when the provider has it), a completion queue in
 // FI_CQ_FORMAT_TAGGED and an FI_AV_TABLE address vector, bound and enabled.
-func Open(provider string) (*Endpoint, error) {
+func Open(provider string) (*Endpoint, error) { return OpenDomain(provider, "") }
+
+// OpenDomain is Open restricted to the fabric/domain named domain (as
+// Info.Domain reports it, e.g. "mlx5_1", "eth0"); "" takes the first one, as
+// Open does. A domain that the provider does not report is an error wrapping
+// an *Error with FI_ENODATA.
+func OpenDomain(provider, domain string) (*Endpoint, error) {
 	list, err := getinfo(provider, true)
+	if err == nil {
+		list = pickDomain(list, domain)
+	}
 	if err == nil && list == nil {
 		list, err = getinfo(provider, false)
+		if err == nil {
+			list = pickDomain(list, domain)
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	if list == nil {
-		return nil, fmt.Errorf("ofi: fi_getinfo(provider %q): no provider offers FI_EP_RDM with FI_TAGGED|FI_MSG: %w",
-			provider, &Error{Op: "fi_getinfo", Code: C.FI_ENODATA, Msg: C.GoString(C.fi_strerror(C.FI_ENODATA))})
-	}
-	// Keep only the first entry.
-	if list.next != nil {
-		C.fi_freeinfo(list.next)
-		list.next = nil
+		what := "no provider offers FI_EP_RDM with FI_TAGGED|FI_MSG"
+		if domain != "" {
+			what += " on domain " + strconv.Quote(domain)
+		}
+		return nil, fmt.Errorf("ofi: fi_getinfo(provider %q): %s: %w", provider, what,
+			&Error{Op: "fi_getinfo", Code: C.FI_ENODATA, Msg: C.GoString(C.fi_strerror(C.FI_ENODATA))})
 	}
 	e := &Endpoint{
 		prov:     provider,
@@ -325,6 +341,33 @@ func Open(provider string) (*Endpoint, error) {
 	e.errEntry = (*C.struct_fi_cq_err_entry)(C.calloc(1, C.sizeof_struct_fi_cq_err_entry))
 	e.errMsg = (*C.char)(C.calloc(1, errMsgLen))
 	return e, nil
+}
+
+// pickDomain returns the first entry of list on domain (any domain when
+// domain is ""), detached from the rest, which it frees; nil when none.
+func pickDomain(list *C.struct_fi_info, domain string) *C.struct_fi_info {
+	var keep, prev *C.struct_fi_info
+	for i := list; i != nil; prev, i = i, i.next {
+		if domain == "" || C.GoString(C.gofi_domain(i)) == domain {
+			keep = i
+			break
+		}
+	}
+	if keep == nil {
+		if list != nil {
+			C.fi_freeinfo(list)
+		}
+		return nil
+	}
+	if prev != nil {
+		prev.next = keep.next
+		keep.next = nil
+		C.fi_freeinfo(list)
+	} else if keep.next != nil {
+		C.fi_freeinfo(keep.next)
+		keep.next = nil
+	}
+	return keep
 }
 
 // Info describes the provider, fabric and domain the endpoint was opened on.
@@ -389,8 +432,11 @@ type MR struct {
 	stage  unsafe.Pointer // registered C copy of buf; nil for a no-op MR
 	mr     *C.struct_fid_mr
 	desc   unsafe.Pointer
-	busy   int // Requests in flight using stage
+	busy   int // Requests in flight using stage (or, external, buf)
 	closed bool
+	// external: buf is memory outside the Go heap (RegisterExternal), on
+	// which sends and receives are posted directly.
+	external bool
 }
 
 // Register prepares buf for repeated Send and Recv. When the domain needs
@@ -424,6 +470,43 @@ func (e *Endpoint) Register(buf []byte) (*MR, error) {
 	e.mrs[m] = struct{}{}
 	return m, nil
 }
+
+// RegisterExternal prepares mem, memory outside the Go heap (mmapped, for
+// instance from a memfd, or C-allocated), for zero-copy Send and Recv: sends
+// and receives of buffers inside mem are posted on mem itself, with no copy
+// and no per-message allocation. When the domain needs local registration
+// (FI_MR_LOCAL) mem is registered (fi_mr_reg) and its descriptor passed with
+// every operation; otherwise the MR is only a record of mem.
+//
+// mem must not be Go memory (cgo forbids C to keep Go pointers; the garbage
+// collector may move or free it) and must stay mapped until the MR is
+// closed. While an operation on part of mem is in flight, libfabric reads
+// (send) or writes (receive) that part: a send's buffer must stay unchanged
+// and a receive's buffer unread until the Request is done.
+func (e *Endpoint) RegisterExternal(mem []byte) (*MR, error) {
+	if len(mem) == 0 {
+		return nil, fmt.Errorf("ofi: fi_mr_reg(provider %q): empty external memory", e.prov)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, e.closedErr("fi_mr_reg")
+	}
+	m := &MR{e: e, buf: mem, external: true}
+	if !e.mrLocal {
+		return m, nil
+	}
+	mr, desc, err := e.regLocked(unsafe.Pointer(unsafe.SliceData(mem)), len(mem))
+	if err != nil {
+		return nil, err
+	}
+	m.mr, m.desc = mr, desc
+	e.mrs[m] = struct{}{}
+	return m, nil
+}
+
+// External reports whether the MR was made by RegisterExternal.
+func (m *MR) External() bool { return m != nil && m.external }
 
 func (e *Endpoint) regLocked(p unsafe.Pointer, n int) (*C.struct_fid_mr, unsafe.Pointer, error) {
 	var mr *C.struct_fid_mr
@@ -485,8 +568,9 @@ type Request struct {
 	bounce bool           // cbuf was malloc'ed for this request
 	mr     *C.struct_fid_mr
 	desc   unsafe.Pointer
-	umr    *MR    // the caller's MR whose stage cbuf points into
-	dst    []byte // receive destination
+	umr    *MR    // the caller's MR whose stage (or external memory) cbuf points into
+	dst    []byte // receive destination to copy into; nil for sends and zero-copy receives
+	recv   bool
 	size   int
 	try    func() C.ssize_t // posts it: fi_tsend or fi_trecv
 
@@ -498,7 +582,7 @@ type Request struct {
 // prepare allocates a Request's C memory for buf (using mr's staging region
 // when it covers buf) and, for sends, copies buf into it.
 func (e *Endpoint) prepare(op string, buf []byte, m *MR, send bool) (*Request, error) {
-	r := &Request{e: e, op: op, size: len(buf)}
+	r := &Request{e: e, op: op, size: len(buf), recv: !send}
 	if !send {
 		r.dst = buf
 	}
@@ -509,7 +593,17 @@ func (e *Endpoint) prepare(op string, buf []byte, m *MR, send bool) (*Request, e
 		if m.closed {
 			return nil, fmt.Errorf("ofi: %s(provider %q): MR is closed", op, e.prov)
 		}
-		if m.stage != nil {
+		if m.external && len(buf) > 0 {
+			if _, ok := within(m.buf, buf); !ok {
+				return nil, fmt.Errorf("ofi: %s(provider %q): buffer is not within the registered external memory", op, e.prov)
+			}
+			// Zero copy: the operation works on buf itself, which is
+			// not Go memory (RegisterExternal).
+			r.cbuf = unsafe.Pointer(unsafe.SliceData(buf))
+			r.desc = m.desc
+			r.umr = m
+			r.dst = nil
+		} else if m.stage != nil {
 			off, ok := within(m.buf, buf)
 			if !ok {
 				return nil, fmt.Errorf("ofi: %s(provider %q): buffer is not within the registered one", op, e.prov)
@@ -539,7 +633,7 @@ func (e *Endpoint) prepare(op string, buf []byte, m *MR, send bool) (*Request, e
 		r.release()
 		return nil, fmt.Errorf("ofi: %s(provider %q): malloc(fi_context2) failed", op, e.prov)
 	}
-	if send && len(buf) > 0 {
+	if send && len(buf) > 0 && (r.umr == nil || !r.umr.external) {
 		copy(unsafe.Slice((*byte)(r.cbuf), len(buf)), buf)
 	}
 	if r.umr != nil {
@@ -742,7 +836,7 @@ func (e *Endpoint) reapLocked() (int, error) {
 			for i := 0; i < int(ret); i++ {
 				if r := e.reqs[uintptr(ents[i].op_context)]; r != nil {
 					n := r.size
-					if r.dst != nil {
+					if r.recv {
 						n = int(ents[i].len)
 					}
 					r.complete(n, nil)
@@ -798,6 +892,44 @@ func (r *Request) Test() (done bool, n int, err error) {
 		return false, 0, nil
 	}
 	return true, r.n, r.err
+}
+
+// Status reports, without progressing the endpoint, whether the Request is
+// complete, with Test's n and err.
+func (r *Request) Status() (done bool, n int, err error) {
+	e := r.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return r.done, r.n, r.err
+}
+
+// Cancel asks the provider to cancel the Request (fi_cancel). A cancelled
+// Request completes, at a later Progress, with an error wrapping an *Error
+// whose Code is ECANCELED; one the provider has already started (a matched
+// receive, a send on the wire) may complete normally instead. A Request
+// still queued in the endpoint (not posted yet) is removed and completes at
+// once. Cancel of a done Request does nothing.
+func (r *Request) Cancel() error {
+	e := r.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.done || e.closed {
+		return nil
+	}
+	for _, q := range []*[]*Request{&e.sendq, &e.recvq} {
+		for i, x := range *q {
+			if x == r {
+				*q = append((*q)[:i], (*q)[i+1:]...)
+				r.complete(0, fmt.Errorf("ofi: %s(provider %q): %w", r.op, e.prov,
+					&Error{Op: "fi_cancel", Code: int(C.FI_ECANCELED), Msg: C.GoString(C.fi_strerror(C.FI_ECANCELED))}))
+				return nil
+			}
+		}
+	}
+	if ret := C.gofi_cancel(e.ep, r.ctx); ret != 0 && ret != -C.FI_ENOENT {
+		return fiError(e.prov, "fi_cancel", C.ssize_t(ret))
+	}
+	return nil
 }
 
 // Wait progresses the endpoint until the Request completes, yielding

@@ -14,6 +14,10 @@ type Endpoint struct{}
 // Open opens an Endpoint; in this build it returns ErrUnavailable.
 func Open(provider string) (*Endpoint, error) { return nil, ErrUnavailable }
 
+// OpenDomain opens an Endpoint on one domain; in this build it returns
+// ErrUnavailable.
+func OpenDomain(provider, domain string) (*Endpoint, error) { return nil, ErrUnavailable }
+
 // Info describes the endpoint's provider; in this build it is empty.
 func (e *Endpoint) Info() Info { return Info{} }
 
@@ -30,6 +34,14 @@ type MR struct{}
 // Register prepares buf for Send and Recv; in this build it returns
 // ErrUnavailable.
 func (e *Endpoint) Register(buf []byte) (*MR, error) { return nil, ErrUnavailable }
+
+// RegisterExternal prepares non-Go memory for zero-copy Send and Recv; in
+// this build it returns ErrUnavailable.
+func (e *Endpoint) RegisterExternal(mem []byte) (*MR, error) { return nil, ErrUnavailable }
+
+// External reports whether the MR was made by RegisterExternal; in this
+// build it is false.
+func (m *MR) External() bool { return false }
 
 // Close releases the MR; in this build it does nothing.
 func (m *MR) Close() error { return nil }
@@ -52,6 +64,13 @@ func (e *Endpoint) Progress() (int, error) { return 0, ErrUnavailable }
 
 // Test reports the Request's state; in this build it returns ErrUnavailable.
 func (r *Request) Test() (done bool, n int, err error) { return false, 0, ErrUnavailable }
+
+// Status reports the Request's state without progress; in this build it
+// returns ErrUnavailable.
+func (r *Request) Status() (done bool, n int, err error) { return false, 0, ErrUnavailable }
+
+// Cancel cancels the Request; in this build it returns ErrUnavailable.
+func (r *Request) Cancel() error { return ErrUnavailable }
 
 // Wait waits for the Request; in this build it returns ErrUnavailable.
 func (r *Request) Wait(ctx context.Context) (int, error) { return 0, ErrUnavailable }

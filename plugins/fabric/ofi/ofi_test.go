@@ -818,3 +818,141 @@ func BenchmarkPingPong(b *testing.B) {
 		}
 	}
 }
+
+// mmapped returns n bytes of anonymous shared memory outside the Go heap.
+func mmapped(tb testing.TB, n int) []byte {
+	tb.Helper()
+	b, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED|syscall.MAP_ANON)
+	if err != nil {
+		tb.Fatalf("mmap: %v", err)
+	}
+	tb.Cleanup(func() { syscall.Munmap(b) })
+	return b
+}
+
+// TestExternal sends and receives zero-copy on mmapped memory, with and
+// without local registration, mixed with copying transfers.
+func TestExternal(t *testing.T) {
+	for _, pv := range providers {
+		for _, force := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/mrlocal=%v", pv.name, force), func(t *testing.T) {
+				p := openPair(t, pv.prov)
+				if force {
+					p.a.mrLocal, p.b.mrLocal = true, true
+				}
+				const size = 1<<20 + 13
+				smem, rmem := mmapped(t, size+8192), mmapped(t, size+8192)
+				sm, err := p.a.RegisterExternal(smem)
+				if err != nil {
+					t.Fatalf("RegisterExternal: %v", err)
+				}
+				rm, err := p.b.RegisterExternal(rmem)
+				if err != nil {
+					t.Fatalf("RegisterExternal: %v", err)
+				}
+				if !sm.External() || (sm.mr != nil) != (force || p.a.info.MRLocal) {
+					t.Errorf("external MR: external %v, registered %v", sm.External(), sm.mr != nil)
+				}
+				// Disjoint parts of the memory, all in flight at once.
+				sizes := []int{0, 1, 4093, size}
+				var reqs []*Request
+				off := 0
+				for i, n := range sizes {
+					copy(smem[off:], pattern(n, byte(i)))
+					r, err := p.b.Recv(p.ba, uint64(10+i), rmem[off:off+n], rm)
+					if err != nil {
+						t.Fatal(err)
+					}
+					s, err := p.a.Send(p.ab, uint64(10+i), smem[off:off+n], sm)
+					if err != nil {
+						t.Fatal(err)
+					}
+					reqs = append(reqs, r, s)
+					off += n
+				}
+				res := p.wait(t, reqs...)
+				off = 0
+				for i, n := range sizes {
+					if res[2*i].err != nil || res[2*i+1].err != nil {
+						t.Fatalf("size %d: recv %v, send %v", n, res[2*i].err, res[2*i+1].err)
+					}
+					if res[2*i].n != n || res[2*i+1].n != n {
+						t.Fatalf("size %d: recv n %d, send n %d", n, res[2*i].n, res[2*i+1].n)
+					}
+					checkData(t, fmt.Sprintf("size %d", n), rmem[off:off+n], pattern(n, byte(i)))
+					off += n
+				}
+				if _, err := p.a.Send(p.ab, 1, make([]byte, 10), sm); err == nil {
+					t.Error("Send of a buffer outside the external MR succeeded")
+				}
+				if err := sm.Close(); err != nil {
+					t.Errorf("MR Close: %v", err)
+				}
+				if err := rm.Close(); err != nil {
+					t.Errorf("MR Close: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestCancel cancels a posted receive that nothing matches, and checks
+// Status, which does not progress.
+func TestCancel(t *testing.T) {
+	for _, pv := range providers {
+		t.Run(pv.name, func(t *testing.T) {
+			p := openPair(t, pv.prov)
+			r, err := p.b.Recv(p.ba, 77, make([]byte, 100), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done, _, err := r.Status(); done || err != nil {
+				t.Fatalf("Status of a pending receive: %v, %v", done, err)
+			}
+			if err := r.Cancel(); err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			res := p.wait(t, r)
+			if !errors.Is(res[0].err, syscall.ECANCELED) {
+				t.Fatalf("cancelled receive: %v, want ECANCELED", res[0].err)
+			}
+			if done, _, err := r.Status(); !done || !errors.Is(err, syscall.ECANCELED) {
+				t.Fatalf("Status after completion: %v, %v", done, err)
+			}
+			if err := r.Cancel(); err != nil {
+				t.Errorf("Cancel of a done request: %v", err)
+			}
+			// The tag is usable again.
+			rr, err := p.b.Recv(p.ba, 77, make([]byte, 100), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := p.a.Send(p.ab, 77, pattern(100, 1), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range p.wait(t, rr, s) {
+				if x.err != nil {
+					t.Fatal(x.err)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenDomain(t *testing.T) {
+	need(t, "tcp;ofi_rxm")
+	e, err := OpenDomain("tcp;ofi_rxm", "lo")
+	if err != nil {
+		t.Fatalf("OpenDomain(lo): %v", err)
+	}
+	if d := e.Info().Domain; d != "lo" {
+		t.Errorf("domain %q, want lo", d)
+	}
+	e.Close()
+	_, err = OpenDomain("tcp;ofi_rxm", "no-such-domain0")
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Code != int(syscall.ENODATA) {
+		t.Errorf("OpenDomain of an unknown domain: %v, want FI_ENODATA", err)
+	}
+}
