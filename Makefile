@@ -3,14 +3,30 @@ GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build run test check fuzz bench bench-mpi bench-coll bench-crossover clean
+.PHONY: build plugins install-plugins run test check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins clean
 
 # gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
 # programs, links libpmix (libpmix-dev) and sits next to it.
-build:
+build: plugins
 	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
 	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o gorun-pmix ./plugins/pmix; \
 	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
+
+# The shipped transport and collective plugins, into lib/gorun/plugins
+# (gorun --plugin-dir lib/gorun/plugins, or make install-plugins). The
+# fabric plugin links libfabric (libfabric-dev) with cgo; gorun does not.
+PLUGIN_DIR := lib/gorun/plugins
+plugins:
+	@mkdir -p $(PLUGIN_DIR)
+	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-tcpexample ./plugins/tcpexample
+	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-collexample ./plugins/collexample
+	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
+	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
+
+# Where every user's gorun finds them without --plugin-dir.
+install-plugins: plugins
+	mkdir -p $(HOME)/.local/lib/gorun/plugins
+	cp $(PLUGIN_DIR)/gorun-plugin-* $(HOME)/.local/lib/gorun/plugins/
 
 # gorun's main job on this machine: localhost is the default host.
 run: build
@@ -51,5 +67,10 @@ bench-coll:
 bench-crossover:
 	./bench/crossover.sh
 
+# Allreduce busbw and 4 KiB latency through plugins/fabric (tcp provider) and
+# plugins/tcpexample against the built-in TCP transport, across 2 netns hosts (root).
+bench-plugins: build
+	./bench/plugins.sh
+
 clean:
-	rm -rf gorun gorun-pmix bench/.bin bench/results
+	rm -rf gorun gorun-pmix lib bench/.bin bench/results

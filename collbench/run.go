@@ -241,15 +241,32 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 		b.per = b.count / b.n
 		b.count = b.per * b.n
 	}
+	// The buffers are shared memory (as nccl-tests' device buffers):
+	// plugin transports move them without copies; to the built-in ones
+	// they are ordinary memory.
+	var frees []func() error
+	defer func() {
+		for _, f := range frees {
+			f()
+		}
+	}()
+	buf := func(n int) []T {
+		s, free, err := collectives.AllocShared[T](n)
+		if err != nil {
+			return make([]T, n)
+		}
+		frees = append(frees, free)
+		return s
+	}
 	switch cfg.Collective {
 	case "allreduce", "broadcast", "reduce":
-		b.send = make([]T, b.count)
+		b.send = buf(b.count)
 	case "allgather":
-		b.send, b.recv = make([]T, b.per), make([]T, b.count)
+		b.send, b.recv = buf(b.per), buf(b.count)
 	case "reducescatter":
-		b.send, b.recv = make([]T, b.count), make([]T, b.per)
+		b.send, b.recv = buf(b.count), buf(b.per)
 	case "alltoall", "sendrecv":
-		b.send, b.recv = make([]T, b.count), make([]T, b.count)
+		b.send, b.recv = buf(b.count), buf(b.count)
 	}
 	res := Result{Collective: cfg.Collective, DType: cfg.DType, Ranks: b.n, Bytes: int64(b.count * elem), Count: int64(b.count), Errors: -1}
 	if reduction(cfg.Collective) {

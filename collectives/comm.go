@@ -236,6 +236,7 @@ func (c *Communicator) Close() error {
 	if c.release != nil {
 		c.release()
 	}
+	c.arena.free()
 	return nil
 }
 

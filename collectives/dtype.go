@@ -2,6 +2,7 @@ package collectives
 
 import (
 	"fmt"
+	"github.com/gorun/gorun/transport"
 	"math"
 	"unsafe"
 )
@@ -219,6 +220,11 @@ func alloc(n int) []byte {
 type arena struct {
 	bufs [][]byte
 	next int
+	// shared keeps the scratch in memory a plugin process can map (a
+	// world with a plugin), so that it moves without copies; regions
+	// holds it, for free.
+	shared  bool
+	regions []*transport.Region
 }
 
 const arenaKeep = 64 << 20
@@ -233,7 +239,16 @@ func (a *arena) get(n int) []byte {
 		a.next++
 		return b
 	}
-	b := alloc(n)
+	var b []byte
+	if a.shared && n <= arenaKeep {
+		if r, err := transport.Alloc(n); err == nil {
+			a.regions = append(a.regions, r)
+			b = r.Bytes()[:n]
+		}
+	}
+	if b == nil {
+		b = alloc(n)
+	}
 	switch {
 	case n > arenaKeep:
 	case a.next < len(a.bufs):
@@ -248,6 +263,30 @@ func (a *arena) get(n int) []byte {
 
 // reset makes every buffer free again.
 func (a *arena) reset() { a.next = 0 }
+
+// free releases the shared memory; the arena is not used after.
+func (a *arena) free() {
+	for _, r := range a.regions {
+		r.Close()
+	}
+	a.regions, a.bufs, a.next = nil, nil, 0
+}
+
+// AllocShared returns n elements of memory that other processes can map
+// (a transport.Region), which plugin transports and collective plugins
+// move without copies, as MPI_Alloc_mem or ncclMemAlloc memory; free
+// releases it. Ordinary slices work too, through a copy.
+func AllocShared[T Element](n int) (buf []T, free func() error, err error) {
+	if n == 0 {
+		return nil, func() error { return nil }, nil
+	}
+	var zero T
+	r, err := transport.Alloc(n * int(unsafe.Sizeof(zero)))
+	if err != nil {
+		return nil, nil, fmt.Errorf("collectives: %w", err)
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(r.Bytes()))), n), r.Close, nil
+}
 
 type number interface {
 	float32 | float64 | int32 | int64 | uint8

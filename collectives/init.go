@@ -525,6 +525,7 @@ func newWorld(e *endpoint, size int, opts *Options) (*Communicator, error) {
 	c.release = e.close
 	c.transports = describe(e)
 	c.offload = e.offload
+	c.arena.shared = e.plugin != nil
 	return c, nil
 }
 

@@ -93,15 +93,63 @@ const CollIface = "GORUN_COLL_IFACE"
 // collectives use the interface --iface names, unless iface is empty or
 // exports set CollIface already (-x wins).
 func WithIface(exports []Export, iface string) []Export {
-	if iface == "" {
+	return withDefault(exports, CollIface, iface)
+}
+
+// withDefault returns exports with name=value added, unless value is empty
+// or exports set name already (-x wins).
+func withDefault(exports []Export, name, value string) []Export {
+	if value == "" {
 		return exports
 	}
 	for _, e := range exports {
-		if e.Name == CollIface {
+		if e.Name == name {
 			return exports
 		}
 	}
-	return append(append([]Export(nil), exports...), Export{Name: CollIface, Value: iface, HasValue: true})
+	return append(append([]Export(nil), exports...), Export{Name: name, Value: value, HasValue: true})
+}
+
+// The variables through which gorun's plugin flags reach Go ranks'
+// collectives (package collectives and package plugins read them).
+const (
+	// CollPlugin names the transport or collective plugin (--plugin).
+	CollPlugin = "GORUN_COLL_PLUGIN"
+	// PluginPath lists the directories searched for plugins first,
+	// colon-separated (--plugin-dir, then gorun's own GORUN_PLUGIN_PATH).
+	PluginPath = "GORUN_PLUGIN_PATH"
+	// PluginOpts are the plugin's options, key=value separated by commas
+	// (--plugin-opt, --fabric-provider).
+	PluginOpts = "GORUN_PLUGIN_OPTS"
+	// CollFallback "tcp" lets a rank whose plugin cannot start go on over
+	// TCP (--transport-fallback).
+	CollFallback = "GORUN_COLL_FALLBACK"
+)
+
+// Plugin is a job's plugin settings.
+type Plugin struct {
+	// Name is the plugin's name, or an absolute path to its binary.
+	Name string
+	// Dirs are searched for it before the standard directories.
+	Dirs []string
+	// Options are key=value pairs for the plugin.
+	Options []string
+	// Fallback is "tcp" or "".
+	Fallback string
+}
+
+// WithPlugin returns exports with the variables that carry p to the ranks
+// added (each unless -x set it). The plugin directories are dirs followed
+// by the value of GORUN_PLUGIN_PATH that lookup gives (gorun's own).
+func WithPlugin(exports []Export, p Plugin, lookup func(string) (string, bool)) []Export {
+	exports = withDefault(exports, CollPlugin, p.Name)
+	path := strings.Join(p.Dirs, ":")
+	if own, ok := lookup(PluginPath); ok && own != "" && path != "" {
+		path += ":" + own
+	}
+	exports = withDefault(exports, PluginPath, path)
+	exports = withDefault(exports, PluginOpts, strings.Join(p.Options, ","))
+	return withDefault(exports, CollFallback, p.Fallback)
 }
 
 // Resolve turns exports into NAME=value pairs, taking the value of a bare

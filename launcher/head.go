@@ -59,6 +59,7 @@ type Options struct {
 	MaxRestarts   int
 	SummaryJSON   string        // --summary-json file
 	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
+	Plugin        env.Plugin    // --plugin, --plugin-dir, --plugin-opt, --transport-fallback: for Go ranks' collectives
 	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
 	BindTo        string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
 	CPUsPerRank   int           // --cpus-per-rank
@@ -150,7 +151,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.StdinRank >= len(plan.Ranks) {
 		return ExitUsage, fmt.Errorf("%w: --stdin %d: the job has ranks 0-%d", ErrUsage, o.StdinRank, len(plan.Ranks)-1)
 	}
-	exports, missing := env.Resolve(env.WithIface(o.Exports, o.Iface), os.LookupEnv)
+	exports, missing := env.Resolve(env.WithPlugin(env.WithIface(o.Exports, o.Iface), o.Plugin, os.LookupEnv), os.LookupEnv)
 	for _, name := range missing {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}

@@ -460,7 +460,7 @@ func (c *Client) poll() bool {
 func (c *Client) Poll() bool { return c.poll() }
 
 // Spin implements request.Poller.
-func (c *Client) Spin() time.Duration { return 50 * time.Microsecond }
+func (c *Client) Spin() time.Duration { return 5 * time.Microsecond }
 
 // Polling implements request.Poller.
 func (c *Client) Polling() { c.spinners.Add(1) }

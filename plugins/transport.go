@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -65,7 +66,11 @@ func (t *Transport) Client() *Client { return t.c }
 
 // Info implements transport.Transport.
 func (t *Transport) Info() transport.Info {
-	return transport.Info{Name: t.c.name, EagerLimit: wire.Inline, MaxRequests: maxRequests, ZeroCopy: true}
+	// Every send goes out at once, whatever its size: the SDK sends a
+	// header then the data, and only the plugin's network can make it
+	// wait for the receiver (fabric's rendezvous does; a TCP socket
+	// holds what fits in its buffers).
+	return transport.Info{Name: t.c.name, EagerLimit: math.MaxInt, MaxRequests: maxRequests, ZeroCopy: true}
 }
 
 // Listen implements transport.Transport.

@@ -22,6 +22,8 @@ type Info struct {
 	Name string
 	// EagerLimit is the largest message sent without waiting for the
 	// receiver to post its receive; larger ones pay a round trip first.
+	// A transport whose sends never wait for the receiver (a plugin's)
+	// says math.MaxInt.
 	EagerLimit int
 	// MaxRequests is how many requests one connection accepts in flight
 	// before Isend or Irecv returns ErrWouldBlock.

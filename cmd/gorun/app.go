@@ -131,6 +131,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 			topoCommand(stdout),
 			benchCommand(stdout, stderr),
+			pluginsCommand(stdout, stderr),
 			{
 				Name:  "config",
 				Usage: "print the merged configuration and where each value came from",
@@ -292,6 +293,10 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 			return launcher.Options{}, usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
 		}
 	}
+	plugin, err := pluginSettings(get, list)
+	if err != nil {
+		return launcher.Options{}, usage(err)
+	}
 	switch get("pmix") {
 	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
 	default:
@@ -305,7 +310,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
-		Iface: get("iface"), Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
+		Iface: get("iface"), Plugin: plugin, Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
 		SSH: s.ssh(),

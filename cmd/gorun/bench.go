@@ -42,7 +42,7 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 		&cli.StringFlag{Name: "csv", Usage: "also write the results as CSV to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "json", Usage: "also write the results as JSON to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "svg", Usage: "also plot bus bandwidth against size, as SVG, to `FILE`"},
-		&cli.StringFlag{Name: "transport", Usage: "`KIND`: auto (shared memory inside a host, TCP across), tcp or shm (sets " + collectives.EnvTransport + ")"},
+		&cli.StringFlag{Name: "transport", Usage: "`KIND`: auto (shared memory inside a host, TCP or the --plugin transport across), tcp, shm, or plugin (the --plugin transport between every pair) (sets " + collectives.EnvTransport + ")"},
 		&cli.StringFlag{Name: "thresholds", Usage: "algorithm table `ENTRIES`, as " + collectives.EnvThresholds + " (e.g. allreduce=ring)"},
 		&cli.BoolFlag{Name: "print-thresholds", Usage: "print the algorithm table the ranks would use (defaults, " + collectives.EnvThresholds + ", --thresholds) and exit"},
 		&cli.IntFlag{Name: "streams", Usage: "`N` TCP streams per connection (sets " + collectives.EnvStreams + ")"},
@@ -124,8 +124,12 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	switch t := c.String("transport"); t {
 	case "", "auto", "tcp", "shm":
+	case "plugin":
+		if c.String("plugin") == "" {
+			return usage("--transport plugin: which one? (--plugin NAME)")
+		}
 	default:
-		return usage("--transport %q: want auto, tcp or shm", t)
+		return usage("--transport %q: want auto, tcp, shm or plugin", t)
 	}
 
 	o, err := jobOptions(c, stdout, stderr)

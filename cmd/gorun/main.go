@@ -8,6 +8,7 @@ import (
 
 	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/plugins/plugintest"
 )
 
 func main() {
@@ -19,6 +20,10 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == benchWorker {
 		os.Exit(collbench.RankMain())
+	}
+	if path := os.Getenv(plugintest.EnvPath); path != "" {
+		// gorun plugins test's child: the contract suite (it exits).
+		plugintest.Main(path)
 	}
 	code, err := run(os.Args)
 	if err != nil {

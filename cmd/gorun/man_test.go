@@ -219,7 +219,7 @@ func TestManPagesRender(t *testing.T) {
 		}
 		t.Skipf("man is not installed (install man-db and groff); CI is unset, so skipping: %v", err)
 	}
-	for _, page := range []string{"gorun.1", "gorun-hostfile.5"} {
+	for _, page := range []string{"gorun.1", "gorun-hostfile.5", "gorun-plugin.7"} {
 		t.Run(page, func(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(manDir, page)

@@ -85,7 +85,7 @@ func (t *transport) Listen(ctx context.Context) (sdk.Listener, error) {
 
 // Connect connects to the socket a handle names and returns the send side.
 func (t *transport) Connect(ctx context.Context, handle []byte) (sdk.SendConn, error) {
-	if !bytes.HasPrefix(handle, []byte(prefix)) || len(handle) > 100 {
+	if !validHandle(handle) {
 		return nil, fmt.Errorf("skeleton: connect to %q: %w", handle, sdk.ErrBadHandle)
 	}
 	c, err := new(net.Dialer).DialContext(ctx, "unix", "@"+string(handle))
@@ -124,15 +124,40 @@ type listener struct {
 	name string
 }
 
+// validHandle reports whether h has the form Listen gives names: the
+// prefix, a pid, "/" and 26 random letters and digits (rand.Text), so that
+// a cut or extended handle is refused rather than dialled.
+func validHandle(h []byte) bool {
+	pid, text, ok := bytes.Cut(bytes.TrimPrefix(h, []byte(prefix)), []byte("/"))
+	if !bytes.HasPrefix(h, []byte(prefix)) || !ok || len(pid) == 0 || len(text) != 26 {
+		return false
+	}
+	for _, c := range pid {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	for _, c := range text {
+		if (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // Handle returns the socket's name.
 func (l *listener) Handle() []byte { return []byte(l.name) }
 
 // Accept waits for the next connection and returns its receive side.
 func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
 	// Accept knows no context: a deadline in the past interrupts it.
-	stop := context.AfterFunc(ctx, func() { l.ln.(*net.UnixListener).SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	set := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { l.ln.(*net.UnixListener).SetDeadline(time.Unix(1, 0)); close(set) })
 	c, err := l.ln.Accept()
+	if !stop() {
+		<-set // and clear it, so that the next Accept waits again
+		l.ln.(*net.UnixListener).SetDeadline(time.Time{})
+	}
 	switch {
 	case errors.Is(err, net.ErrClosed):
 		return nil, fmt.Errorf("skeleton: accept: %w", sdk.ErrClosed)

@@ -27,7 +27,7 @@ const Binary = "gorun-pmix"
 // whenever a message below changes incompatibly.
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  1,
-	MagicCookieKey:   "GORUN_PLUGIN",
+	MagicCookieKey:   "GORUN_PLUGIN_COOKIE",
 	MagicCookieValue: "pmix-bridge",
 }
 

@@ -65,6 +65,12 @@ type Config struct {
 	Options map[string]string
 	// Logger writes to gorun's output, tagged with the plugin's name.
 	Logger hclog.Logger
+	// Wake tells the SDK's progress loop that a request completed in
+	// another goroutine, so that it tests it now rather than at its next
+	// poll (up to a few hundred microseconds later, when it sleeps).
+	// Transports whose requests complete only inside Test need not call
+	// it. It never blocks and is safe to call from any goroutine.
+	Wake func()
 }
 
 // Device is one piece of hardware (or software path) a transport can use,

@@ -34,7 +34,7 @@ const (
 
 // Spinning and backing off of the progress loop.
 const (
-	spinFor    = 50 * time.Microsecond  // keep polling this long after the last work
+	spinFor    = 5 * time.Microsecond   // keep polling this long after the last work
 	maxBackoff = 200 * time.Microsecond // longest sleep while transfers are in flight
 )
 
@@ -62,6 +62,7 @@ type loop struct {
 	cqOut  []cqRec // completions waiting for room in the ring
 	posted bool    // completions posted since the host was last rung
 	bellCh chan struct{}
+	waker  *waker
 	quit   chan struct{}
 	done   chan struct{}
 	once   sync.Once
@@ -113,9 +114,26 @@ type urecv struct {
 	cap    int // the rank's buffer size
 }
 
-func newLoop(name string, log hclog.Logger, seg *wire.Segment, bell, host *wire.Bell, tr Transport, coll Collective) *loop {
+// waker is Config.Wake: it wakes the loop when it sleeps.
+type waker struct {
+	sleeping atomic.Bool
+	ch       chan struct{}
+}
+
+func newWaker() *waker { return &waker{ch: make(chan struct{}, 1)} }
+
+func (w *waker) wake() {
+	if w.sleeping.Load() {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func newLoop(name string, log hclog.Logger, seg *wire.Segment, bell, host *wire.Bell, tr Transport, coll Collective, w *waker) *loop {
 	return &loop{
-		name: name, log: log, seg: seg, bell: bell, host: host, tr: tr, coll: coll,
+		name: name, log: log, seg: seg, bell: bell, host: host, tr: tr, coll: coll, waker: w,
 		sends: map[uint64]*sendConn{}, recvs: map[uint64]*recvConn{}, regions: map[uint64]*region{},
 		bellCh: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -224,11 +242,15 @@ func (l *loop) run() {
 			runtime.Gosched()
 			continue
 		}
-		// Sleep: on the doorbell alone when nothing is in flight, else
-		// also on a timer, to poll the transport again.
+		// Sleep: on the doorbell and the transport's wake-ups, and, with
+		// transfers in flight, on a timer too, to poll the transport
+		// again.
 		l.seg.Park()
-		if l.seg.In.Pending() || l.hasNew.Load() {
+		l.waker.sleeping.Store(true)
+		if l.seg.In.Pending() || l.hasNew.Load() || l.pollOps() {
+			l.waker.sleeping.Store(false)
 			l.seg.Unpark()
+			last = time.Now()
 			continue
 		}
 		var tc <-chan time.Time
@@ -238,11 +260,13 @@ func (l *loop) run() {
 		}
 		select {
 		case <-l.bellCh:
+		case <-l.waker.ch:
 		case <-tc:
 		case <-l.quit:
 			l.seg.Unpark()
 			return
 		}
+		l.waker.sleeping.Store(false)
 		if tc != nil && !timer.Stop() {
 			select {
 			case <-timer.C:

@@ -120,7 +120,8 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, erro
 		mine.Close()
 		return nil, err
 	}
-	cfg := Config{Rank: req.Rank, Size: req.Size, LocalRank: req.LocalRank, Iface: req.Iface, Options: req.Options, Logger: s.log}
+	wake := newWaker()
+	cfg := Config{Rank: req.Rank, Size: req.Size, LocalRank: req.LocalRank, Iface: req.Iface, Options: req.Options, Logger: s.log, Wake: wake.wake}
 	if cfg.Options == nil {
 		cfg.Options = map[string]string{}
 	}
@@ -145,7 +146,7 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, erro
 		return nil, err
 	}
 	s.listeners = map[uint64]Listener{}
-	s.loop = newLoop(s.p.Name, s.log, seg, mine, theirs, s.tr, s.coll)
+	s.loop = newLoop(s.p.Name, s.log, seg, mine, theirs, s.tr, s.coll, wake)
 	go s.loop.run()
 	go s.loop.serveRegions(sock)
 	s.inited = true

@@ -25,17 +25,20 @@ type request struct {
 	done chan struct{} // closed when n and err are set
 	n    int
 	err  error
+	wake func() // sdk.Config.Wake: tells the SDK to look now
 }
 
-func newRequest(buf []byte) *request {
-	return &request{buf: buf, done: make(chan struct{})}
+func newRequest(buf []byte, wake func()) *request {
+	return &request{buf: buf, done: make(chan struct{}), wake: wake}
 }
 
-// complete records the outcome; later calls are ignored.
+// complete records the outcome and wakes the SDK's progress loop, which
+// may be asleep; later calls are ignored.
 func (r *request) complete(n int, err error) {
 	r.once.Do(func() {
 		r.n, r.err = n, err
 		close(r.done)
+		r.wake()
 	})
 }
 
@@ -81,7 +84,7 @@ func newSendConn(t *tcpTransport, c net.Conn) *sendConn {
 
 // Send queues buf for the writer and wakes it. It never blocks.
 func (s *sendConn) Send(buf []byte, _ sdk.Registration) (sdk.Request, error) {
-	r := newRequest(buf)
+	r := newRequest(buf, s.t.wake)
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -193,7 +196,7 @@ func newRecvConn(t *tcpTransport, c net.Conn) *recvConn {
 // Recv gives buf to the reader. It never blocks: the channel has room for
 // the one receive the SDK may have pending.
 func (rc *recvConn) Recv(buf []byte, _ sdk.Registration) (sdk.Request, error) {
-	r := newRequest(buf)
+	r := newRequest(buf, rc.t.wake)
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	if rc.err != nil {

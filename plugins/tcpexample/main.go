@@ -54,7 +54,11 @@ func newTransport(cfg sdk.Config) (sdk.Transport, error) {
 	if cfg.Logger != nil {
 		cfg.Logger.Debug("listening address chosen", "addr", ip, "iface", iface)
 	}
-	return &tcpTransport{ip: ip, iface: iface, open: make(map[closer]bool)}, nil
+	wake := cfg.Wake
+	if wake == nil {
+		wake = func() {}
+	}
+	return &tcpTransport{ip: ip, iface: iface, wake: wake, open: make(map[closer]bool)}, nil
 }
 
 // pickAddr chooses the IPv4 address to listen on, and the name of its

@@ -44,10 +44,10 @@ func TestPickAddr(t *testing.T) {
 
 // TestParseHandle checks that only our own handles are accepted.
 func TestParseHandle(t *testing.T) {
-	if _, err := parseHandle([]byte("tcpexample/127.0.0.1:4711")); err != nil {
+	if _, err := parseHandle(makeHandle("127.0.0.1:4711")); err != nil {
 		t.Errorf("a good handle: %v", err)
 	}
-	for _, h := range []string{"", "tcpexample/", "tcpexample/127.0.0.1", "tcpexample/127.0.0.1:0", "tcpexample/[::1]:80", "tcpexample/host:80", "other/127.0.0.1:80"} {
+	for _, h := range []string{"", "tcpexample/", "tcpexample/127.0.0.1", "tcpexample/127.0.0.1:0", "tcpexample/[::1]:80", "tcpexample/host:80", "other/127.0.0.1:80", string(makeHandle("127.0.0.1:4711")[:30]), string(makeHandle("127.0.0.1:4711")) + "0"} {
 		if _, err := parseHandle([]byte(h)); err == nil {
 			t.Errorf("parseHandle(%q) succeeded", h)
 		}

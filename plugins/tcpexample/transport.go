@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"net/netip"
 	"sync"
@@ -14,16 +15,25 @@ import (
 )
 
 // handlePrefix starts every handle of this transport. A handle is text,
-// "tcpexample/" and then the listener's IP and port ("127.0.0.1:40123"):
-// easy to read in logs, and the prefix tells a handle of ours from any
-// other bytes, which Connect must refuse with sdk.ErrBadHandle.
+// "tcpexample/", the listener's IP and port, "/" and a checksum of what
+// comes before ("tcpexample/127.0.0.1:40123/9f3a01c2"): easy to read in
+// logs, and the prefix and checksum tell a handle of ours from any other
+// bytes, even a cut or extended copy of one, which Connect must refuse
+// with sdk.ErrBadHandle.
 const handlePrefix = "tcpexample/"
+
+// makeHandle returns the handle of a listener at addr.
+func makeHandle(addr string) []byte {
+	text := handlePrefix + addr
+	return fmt.Appendf(nil, "%s/%08x", text, crc32.ChecksumIEEE([]byte(text)))
+}
 
 // tcpTransport is the sdk.Transport of one rank: it listens on one IPv4
 // address and keeps track of what it opened, so that Close can close it.
 type tcpTransport struct {
 	ip    netip.Addr // where listeners listen
 	iface string     // the interface that holds ip, for Devices
+	wake  func()     // sdk.Config.Wake
 
 	mu     sync.Mutex
 	closed bool
@@ -92,11 +102,14 @@ func (t *tcpTransport) Connect(ctx context.Context, handle []byte) (sdk.SendConn
 // parseHandle returns the address in a handle, or an error wrapping
 // sdk.ErrBadHandle.
 func parseHandle(handle []byte) (netip.AddrPort, error) {
-	text, ok := bytes.CutPrefix(handle, []byte(handlePrefix))
-	if !ok {
+	if !bytes.HasPrefix(handle, []byte(handlePrefix)) {
 		return netip.AddrPort{}, fmt.Errorf("tcpexample: handle %q does not start with %q: %w", handle, handlePrefix, sdk.ErrBadHandle)
 	}
-	addr, err := netip.ParseAddrPort(string(text))
+	i := bytes.LastIndexByte(handle, '/')
+	if i < len(handlePrefix) || !bytes.Equal(makeHandle(string(handle[len(handlePrefix):i])), handle) {
+		return netip.AddrPort{}, fmt.Errorf("tcpexample: handle %q: checksum does not match: %w", handle, sdk.ErrBadHandle)
+	}
+	addr, err := netip.ParseAddrPort(string(handle[len(handlePrefix):i]))
 	if err != nil || !addr.Addr().Is4() || addr.Port() == 0 {
 		return netip.AddrPort{}, fmt.Errorf("tcpexample: handle %q: not an IPv4 address and port: %w", handle, sdk.ErrBadHandle)
 	}
@@ -142,18 +155,24 @@ type listener struct {
 	closed atomic.Bool
 }
 
-// Handle returns "tcpexample/IP:PORT".
+// Handle returns "tcpexample/IP:PORT/CHECKSUM".
 func (l *listener) Handle() []byte {
-	return []byte(handlePrefix + l.ln.Addr().String())
+	return makeHandle(l.ln.Addr().String())
 }
 
 // Accept waits for the next connection, or for ctx to end: net.Listener's
 // Accept knows no context, so when ctx ends we set a deadline in the past,
 // which makes the pending Accept return.
 func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
-	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	set := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(time.Unix(1, 0)); close(set) })
 	c, err := l.ln.AcceptTCP()
+	if !stop() {
+		// The deadline was set: clear it once it is, so that the next
+		// Accept waits again.
+		<-set
+		l.ln.SetDeadline(time.Time{})
+	}
 	if err != nil {
 		if l.closed.Load() {
 			return nil, fmt.Errorf("tcpexample: accept: %w", sdk.ErrClosed)

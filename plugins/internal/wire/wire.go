@@ -38,7 +38,7 @@ const APIVersion = 1
 // version that matters is the plugin set's (APIVersion).
 var Handshake = plugin.HandshakeConfig{
 	ProtocolVersion:  1,
-	MagicCookieKey:   "GORUN_PLUGIN",
+	MagicCookieKey:   "GORUN_PLUGIN_COOKIE",
 	MagicCookieValue: "gorun-transport-plugin",
 }
 

@@ -1,0 +1,261 @@
+// Package plugintest is what `gorun plugins test` runs against a plugin
+// binary: gorun's transport contract suite (transport/transporttest)
+// through the real plugin path (a go-plugin subprocess, the shared rings),
+// and a probe of its latency and bandwidth between two plugin processes.
+//
+// The suite needs package testing, which only runs inside a test binary's
+// main: gorun therefore runs it in a child of itself, started by Run with
+// EnvPath set, whose main calls Main. The suite's own peer processes are
+// more such children.
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/plugins"
+	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/transporttest"
+)
+
+// EnvPath, set to a plugin binary's path, makes gorun's main run the suite
+// (Main) instead of gorun.
+const EnvPath = "GORUN_PLUGINS_TEST"
+
+// EnvIface is the interface the suite's plugins are given (Options.Iface).
+const EnvIface = "GORUN_PLUGINS_TEST_IFACE"
+
+// DefaultIface keeps the suite and the probe on loopback: they run on one
+// host, and a plugin left to choose could pick any interface.
+const DefaultIface = "lo"
+
+// quickTests are the contract tests --quick runs (a preflight): the ones
+// that show a plugin starts, connects and moves messages right.
+const quickTests = "^Contract$/^(HandleRoundTrip|Sizes|OrderPerTag|BadHandle|BothDirections)$"
+
+// Options say how to run the suite.
+type Options struct {
+	// Quick runs a subset with short sizes.
+	Quick bool
+	// Verbose prints every test as it runs.
+	Verbose bool
+	// Iface is the interface the plugins are given (default lo).
+	Iface string
+	// Stdout and Stderr receive the suite's report.
+	Stdout, Stderr io.Writer
+}
+
+// Run runs the contract suite against the plugin at path in a child of
+// this program (self, usually os.Executable()) and reports whether it
+// passed.
+func Run(ctx context.Context, self, path string, o Options) error {
+	args := []string{"-test.count=1", "-test.timeout=10m"}
+	if o.Quick {
+		args = append(args, "-test.short", "-test.run="+quickTests)
+	} else {
+		args = append(args, "-test.run=^Contract$")
+	}
+	if o.Verbose {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
+	if o.Iface == "" {
+		o.Iface = DefaultIface
+	}
+	cmd.Env = append(os.Environ(), EnvPath+"="+path, EnvIface+"="+o.Iface)
+	cmd.Stdout, cmd.Stderr = o.Stdout, o.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("plugin %s failed the transport contract", path)
+		}
+		return fmt.Errorf("running the contract suite: %w", err)
+	}
+	return nil
+}
+
+// Main runs the suite against the plugin at path, with the -test.* flags
+// of os.Args, and exits. gorun's main calls it when EnvPath is set.
+func Main(path string) {
+	iface := os.Getenv(EnvIface)
+	if iface == "" {
+		iface = DefaultIface
+	}
+	open := func(t *testing.T) transport.Transport {
+		tr, err := plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	tests := []testing.InternalTest{{Name: "Contract", F: func(t *testing.T) { transporttest.Run(t, open) }}}
+	testing.Main(func(pat, s string) (bool, error) { return regexp.MatchString(pat, s) }, tests, nil, nil)
+}
+
+// Result is one line of the probe.
+type Result struct {
+	// What is "latency" (one-way, half a round trip) or "bandwidth".
+	What string
+	// Size is the message size in bytes.
+	Size int
+	// Micros is the one-way latency in microseconds (latency), or the
+	// time per message (bandwidth).
+	Micros float64
+	// GBps is the bandwidth in GB/s (bandwidth only).
+	GBps float64
+}
+
+// Probe measures the plugin between two of its processes on this host:
+// ping-pong latency at 8 B and 4 KiB, and streaming bandwidth at 1 MiB and
+// 16 MiB (4 messages in flight), from shared memory as the collectives send.
+func Probe(ctx context.Context, path, iface string) ([]Result, error) {
+	if iface == "" {
+		iface = DefaultIface
+	}
+	open := func() (*plugins.Transport, error) {
+		return plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1, Log: io.Discard})
+	}
+	a, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	b, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	ab, ba, err := pair(ctx, a, b)
+	if err != nil {
+		return nil, err
+	}
+	bsc, asc := ab.sc, ba.sc
+	arc, brc := ba.rc, ab.rc
+	reg, err := transport.Alloc(2 * (16 << 20))
+	if err != nil {
+		return nil, err
+	}
+	defer reg.Close()
+	var out []Result
+	for _, size := range []int{8, 4096} {
+		src, dst := reg.Bytes()[:size], reg.Bytes()[16<<20:16<<20+size]
+		iters := 2000
+		var took time.Duration
+		for round := range 2 { // the first warms up
+			start := time.Now()
+			for range iters {
+				// a -> b -> a
+				r1, err := brc.Irecv(dst, 1, nil)
+				if err != nil {
+					return nil, err
+				}
+				if err := sendWait(ctx, bsc, src); err != nil {
+					return nil, err
+				}
+				if _, err := r1.Wait(ctx); err != nil {
+					return nil, err
+				}
+				r2, err := arc.Irecv(src, 1, nil)
+				if err != nil {
+					return nil, err
+				}
+				if err := sendWait(ctx, asc, dst); err != nil {
+					return nil, err
+				}
+				if _, err := r2.Wait(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if round == 1 {
+				took = time.Since(start)
+			}
+		}
+		out = append(out, Result{What: "latency", Size: size, Micros: float64(took.Microseconds()) / float64(2*iters)})
+	}
+	for _, size := range []int{1 << 20, 16 << 20} {
+		const window = 4
+		n := max(8, (256<<20)/size)
+		src, dst := reg.Bytes()[:size], reg.Bytes()[16<<20:16<<20+size]
+		var took time.Duration
+		for round := range 2 {
+			start := time.Now()
+			var sends, recvs []transport.Request
+			for i := range n {
+				r, err := brc.Irecv(dst, 2, nil)
+				if err != nil {
+					return nil, err
+				}
+				s, err := bsc.Isend(src, 2, nil)
+				if err != nil {
+					return nil, err
+				}
+				sends, recvs = append(sends, s), append(recvs, r)
+				if i >= window-1 {
+					if err := transport.WaitAll(ctx, sends[0], recvs[0]); err != nil {
+						return nil, err
+					}
+					sends, recvs = sends[1:], recvs[1:]
+				}
+			}
+			for i := range sends {
+				if err := transport.WaitAll(ctx, sends[i], recvs[i]); err != nil {
+					return nil, err
+				}
+			}
+			if round == 1 {
+				took = time.Since(start)
+			}
+		}
+		per := took.Seconds() / float64(n)
+		out = append(out, Result{What: "bandwidth", Size: size, Micros: per * 1e6, GBps: float64(size) / per / 1e9})
+	}
+	return out, nil
+}
+
+func sendWait(ctx context.Context, c transport.SendConn, b []byte) error {
+	r, err := c.Isend(b, 1, nil)
+	if err != nil {
+		return err
+	}
+	_, err = r.Wait(ctx)
+	return err
+}
+
+type conns struct {
+	sc transport.SendConn
+	rc transport.RecvConn
+}
+
+// pair connects from to to; the first result is from->to, the second
+// to->from.
+func pair(ctx context.Context, from, to transport.Transport) (conns, conns, error) {
+	one := func(x, y transport.Transport) (conns, error) {
+		l, err := y.Listen(ctx)
+		if err != nil {
+			return conns{}, err
+		}
+		defer l.Close()
+		sc, err := x.Connect(ctx, l.Handle())
+		if err != nil {
+			return conns{}, err
+		}
+		rc, err := l.Accept(ctx)
+		if err != nil {
+			return conns{}, err
+		}
+		return conns{sc, rc}, nil
+	}
+	ab, err := one(from, to)
+	if err != nil {
+		return conns{}, conns{}, err
+	}
+	ba, err := one(to, from)
+	return ab, ba, err
+}
