@@ -542,8 +542,8 @@ func describe(e *endpoint) string {
 	if len(names) == 0 {
 		return "self"
 	}
-	if len(names) == 2 && names[0] == "tcp" {
-		names[0], names[1] = names[1], names[0]
+	if len(names) == 2 && names[1] == "shm" {
+		names[0], names[1] = names[1], names[0] // shared memory first: "shm+tcp"
 	}
 	return strings.Join(names, "+")
 }

@@ -336,7 +336,7 @@ func (c *Client) watch() {
 	default:
 	}
 	// Let the last log lines arrive.
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
 	err := fmt.Errorf("%w: plugin %s (%s) exited%s", transport.ErrTransportLost, c.name, c.path, c.tail.suffix())
 	c.lostOnce.Do(func() { c.lost.Store(&err) })
 	c.failAll(func(r *hreq) error { return r.conn.opErr(r.op, err) })

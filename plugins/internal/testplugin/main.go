@@ -1,8 +1,9 @@
 // Command testplugin is the plugin the plugins package's tests start: a
-// transport over Unix sockets with faults to inject, and a collective that
-// sums float64s. Faults, by environment:
+// transport over Unix sockets with faults to inject. Faults, by
+// environment:
 //
 //	TESTPLUGIN_CRASH_AFTER=N   exit with status 3 after sending N messages
+//	TESTPLUGIN_CRASH_RANK=R    only in rank R's plugin
 //	TESTPLUGIN_INIT_FAIL=msg   fail the transport's start with msg
 //	TESTPLUGIN_PANIC=1         panic at start (a crash before the handshake)
 package main
@@ -14,12 +15,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,8 +31,7 @@ func main() {
 	}
 	sdk.Serve(sdk.Plugin{
 		Name: "testplugin", Version: "0.0.1", Description: "the plugins package's test plugin",
-		Transport:  newTransport,
-		Collective: newCollective,
+		Transport: newTransport,
 	})
 }
 
@@ -56,6 +54,9 @@ func newTransport(cfg sdk.Config) (sdk.Transport, error) {
 	t := &tr{dir: dir, crash: -1}
 	if s := os.Getenv("TESTPLUGIN_CRASH_AFTER"); s != "" {
 		t.crash, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if r := os.Getenv("TESTPLUGIN_CRASH_RANK"); r != "" && r != strconv.Itoa(cfg.Rank) {
+		t.crash = -1
 	}
 	t.log = cfg.Logger.Info
 	return t, nil
@@ -126,11 +127,13 @@ func (l *lis) Accept(ctx context.Context) (sdk.RecvConn, error) {
 }
 func (l *lis) Close() error { return l.l.Close() }
 
-// conn does each transfer in a goroutine, one at a time per direction.
+// conn does each transfer in a goroutine, one at a time per direction:
+// each send's goroutine waits for the previous one's (Send must not
+// block the SDK's loop).
 type conn struct {
-	c  net.Conn
-	t  *tr
-	mu sync.Mutex // orders sends
+	c    net.Conn
+	t    *tr
+	last chan struct{} // closed when the last send so far is written
 }
 
 type req struct {
@@ -158,9 +161,13 @@ func lost(err error) error {
 
 func (c *conn) Send(buf []byte, _ sdk.Registration) (sdk.Request, error) {
 	r := &req{}
-	c.mu.Lock()
+	prev, mine := c.last, make(chan struct{})
+	c.last = mine
 	go func() {
-		defer c.mu.Unlock()
+		defer close(mine)
+		if prev != nil {
+			<-prev
+		}
 		var h [8]byte
 		binary.LittleEndian.PutUint64(h[:], uint64(len(buf)))
 		_, err := c.c.Write(append(h[:], buf...))
@@ -194,69 +201,3 @@ func (c *conn) Recv(buf []byte, _ sdk.Registration) (sdk.Request, error) {
 	}()
 	return r, nil
 }
-
-// coll sums float64 allreduces through files in a shared directory: each
-// rank writes its input, waits for the others', and sums in rank order.
-type coll struct {
-	rank, size int
-	dir        string
-	seq        int
-	ran        atomic.Int64
-	log        func(string, ...any)
-}
-
-func newCollective(cfg sdk.Config) (sdk.Collective, error) {
-	return &coll{rank: cfg.Rank, size: cfg.Size, log: cfg.Logger.Info}, nil
-}
-
-func (c *coll) Handle() []byte {
-	if c.rank == 0 {
-		d, _ := os.MkdirTemp("", "testcoll")
-		c.dir = d
-	}
-	return []byte(c.dir)
-}
-
-func (c *coll) Join(_ context.Context, handles [][]byte) error {
-	c.dir = string(handles[0])
-	return nil
-}
-
-func (c *coll) Start(op sdk.Op, send, recv []byte) (sdk.Request, error) {
-	if op.Kind != "allreduce" || op.RedOp != "sum" || op.DType != "float64" || op.Count == 0 {
-		return nil, sdk.ErrDeclined
-	}
-	c.seq++
-	seq := c.seq
-	r := &req{}
-	in := append([]byte(nil), send...)
-	go func() {
-		name := func(rank int) string { return filepath.Join(c.dir, fmt.Sprintf("%d.%d", seq, rank)) }
-		tmp := name(c.rank) + ".tmp"
-		if err := os.WriteFile(tmp, in, 0o600); err == nil {
-			os.Rename(tmp, name(c.rank))
-		}
-		sum := make([]float64, op.Count)
-		for k := range c.size {
-			var b []byte
-			for {
-				var err error
-				if b, err = os.ReadFile(name(k)); err == nil {
-					break
-				}
-			}
-			for i := range sum {
-				sum[i] += math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-			}
-		}
-		for i, v := range sum {
-			binary.LittleEndian.PutUint64(recv[8*i:], math.Float64bits(v))
-		}
-		r.n = len(recv)
-		c.log("ran allreduce", "count", op.Count, "total", c.ran.Add(1))
-		r.done.Store(true)
-	}()
-	return r, nil
-}
-
-func (c *coll) Close() error { return nil }
