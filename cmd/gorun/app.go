@@ -236,6 +236,9 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	o.Argv = c.Args().Slice()
+	if err := preflightPlugin(c, o, stdout, stderr); err != nil {
+		return err
+	}
 	code, err := launcher.Run(context.Background(), o)
 	if err != nil || code != 0 {
 		return errExit{code: code, err: err}

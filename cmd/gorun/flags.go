@@ -62,6 +62,7 @@ var settings = []setting{
 	{name: "plugin-dir", kind: config.StringList, arg: "DIR", usage: "look for plugins in `DIR` first (repeatable; then GORUN_PLUGIN_PATH, ~/.local/lib/gorun/plugins, /usr/lib/gorun/plugins)"},
 	{name: "plugin-opt", kind: config.StringList, arg: "KEY=VALUE", usage: "pass the option `KEY=VALUE` to the plugin (repeatable)"},
 	{name: "fabric-provider", kind: config.String, arg: "PROVIDER", usage: "the fabric plugin's libfabric `PROVIDER` (verbs;ofi_rxm, efa, tcp;ofi_rxm, shm; default: by topology); same as --plugin-opt provider=PROVIDER"},
+	{name: "plugin-check", kind: config.Bool, def: "false", usage: "before starting any rank, run gorun plugins test --quick against --plugin on this host; a plugin that fails it stops the job (exit status 125)"},
 	{name: "transport-fallback", kind: config.String, arg: "TRANSPORT", usage: "a rank whose plugin cannot start goes on over `TRANSPORT` (tcp) instead of failing"},
 	{name: "heartbeat-timeout", kind: config.Duration, def: "5s", arg: "DURATION", usage: "a remote host silent this long is lost (a cut link leaves no EOF)"},
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/plugins/plugintest"
 )
@@ -216,4 +217,41 @@ func testPlugin(c *cli.Context, stdout, stderr io.Writer) error {
 		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, collbench.FormatSize(int64(r.Size)), r.Micros, gb)
 	}
 	return w.Flush()
+}
+
+// preflightPlugin runs the quick contract suite against the job's plugin
+// on this host when --plugin-check asks for it, before anything starts.
+func preflightPlugin(c *cli.Context, o launcher.Options, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig(c)
+	if err != nil {
+		return err
+	}
+	if !read(cfg).on("plugin-check") || o.Plugin.Name == "" || o.DryRun {
+		return nil
+	}
+	path, err := plugins.Lookup(o.Plugin.Name, o.Plugin.Dirs)
+	if err != nil {
+		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("--plugin-check: %w", err)}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return errExit{code: launcher.ExitLaunch, err: err}
+	}
+	start := time.Now()
+	info, _, err := plugins.Inspect(c.Context, path, plugins.Options{Iface: "lo"})
+	if err != nil {
+		return errExit{code: launcher.ExitLaunch, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
+	}
+	if !info.Transport {
+		fmt.Fprintf(stderr, "gorun: --plugin-check: %s starts (it has no transport to test)\n", path)
+		return nil
+	}
+	var out strings.Builder
+	err = plugintest.Run(c.Context, self, path, plugintest.Options{Quick: true, Iface: "lo", Stdout: &out, Stderr: &out})
+	if err != nil {
+		fmt.Fprint(stderr, out.String())
+		return errExit{code: launcher.ExitLaunch, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
+	}
+	fmt.Fprintf(stderr, "gorun: --plugin-check: %s passed the quick transport contract (%s)\n", path, time.Since(start).Round(time.Millisecond))
+	return nil
 }

@@ -152,6 +152,17 @@ func TestPluginJob(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "gorun-plugin-nothere") || !strings.Contains(r.stderr, "--transport-fallback tcp") || !strings.Contains(r.stderr, "failed: rank") {
 		t.Errorf("a missing plugin without fallback: exit %d\n%s", r.code, r.stderr)
 	}
+	// The preflight: a plugin that passes starts the job, one that fails
+	// (it crashes under the suite) stops it before any rank starts.
+	r = runGorun(t, 120*time.Second, nil, append(plugin("tcpexample", "--plugin-check"), bin)...)
+	checkCollectivesPassed(t, r, 3, "tcpexample", 1)
+	if !strings.Contains(r.stderr, "passed the quick transport contract") {
+		t.Errorf("--plugin-check says nothing:\n%s", r.stderr)
+	}
+	r = runGorunIn(t, "", append(os.Environ(), "TESTPLUGIN_CRASH_AFTER=20"), 120*time.Second, nil, append(plugin("testplugin", "--plugin-check"), bin)...)
+	if r.code != 125 || !strings.Contains(r.stderr, "no rank was started") || strings.Contains(r.stdout, "collectives PASS") {
+		t.Errorf("--plugin-check of a failing plugin: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	for _, args := range [][]string{{"--transport-fallback", "udp", "--plugin", "x"}, {"--transport-fallback", "tcp"}, {"--plugin", "x", "--plugin-opt", "novalue"}} {
 		if r := runGorun(t, 30*time.Second, nil, append(append([]string{"-np", "1"}, args...), "true")...); r.code != 2 || !strings.Contains(r.stderr, args[0]) && !strings.Contains(r.stderr, args[len(args)-2]) {
 			t.Errorf("%q: exit %d, %s", args, r.code, r.stderr)

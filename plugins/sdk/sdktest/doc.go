@@ -43,10 +43,11 @@
 //     listener are two accepted receive sides, each getting its own
 //     messages; Peer is set on both sides.
 //   - BadHandle: Connect with nil, empty, random (1 to 128 bytes) or
-//     oversized bytes returns an error wrapping sdk.ErrBadHandle within the
-//     deadline (start your handles with a few fixed bytes so that random
-//     bytes are told apart); Connect to a closed listener's handle returns
-//     in bounded time.
+//     oversized bytes, or a live listener's handle cut by a byte or
+//     extended by one, returns an error wrapping sdk.ErrBadHandle within
+//     the deadline (start your handles with a few fixed bytes and end them
+//     with a length or checksum, so that such bytes are told apart);
+//     Connect to a closed listener's handle returns in bounded time.
 //   - Sizes: messages of 0, 1, 7, 4093, 65536, 65537, 1 MiB + 13 and
 //     16 MiB arrive intact with the receive posted before and after the
 //     send; a receive into a buffer larger than the message reports the

@@ -135,7 +135,7 @@ func (u *unixTransport) Listen(ctx context.Context) (sdk.Listener, error) {
 
 // Connect dials the socket a handle names and starts its writer.
 func (u *unixTransport) Connect(ctx context.Context, handle []byte) (sdk.SendConn, error) {
-	if !bytes.HasPrefix(handle, []byte(handlePrefix)) || len(handle) > 100 {
+	if i := bytes.LastIndexByte(handle, '/'); !bytes.HasPrefix(handle, []byte(handlePrefix)) || len(handle) > 100 || len(handle)-i-1 != 16 {
 		return nil, fmt.Errorf("unix transport: connect to %q: %w", handle, sdk.ErrBadHandle)
 	}
 	var d net.Dialer

@@ -125,10 +125,41 @@ func (s *suite) testBadHandle(t *testing.T) {
 			t.Errorf("Connect(%s) = %v, want an error wrapping sdk.ErrBadHandle", tc.name, err)
 		}
 	}
+	// A live listener's handle cut short or extended by a byte is not a
+	// handle either (gorun's transport contract checks the same through
+	// the SDK): a transport that dialled what is left would reach
+	// something else, or nothing, and wait.
+	h := newHarness(t)
+	live, good := h.listen(tr)
+	for _, tc := range []struct {
+		name   string
+		handle []byte
+	}{
+		{"a handle without its last byte", good[:len(good)-1]},
+		{"a handle with a byte more", append(append([]byte(nil), good...), good[len(good)-1])},
+	} {
+		if len(tc.handle) == 0 || len(tc.handle) > transport.MaxHandleSize {
+			continue
+		}
+		var sc sdk.SendConn
+		err := control(t, "Connect("+tc.name+")", func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+			defer cancel()
+			var err error
+			sc, err = tr.Connect(ctx, tc.handle)
+			return err
+		})
+		if err == nil {
+			closeConn(t, "SendConn", sc)
+			t.Errorf("Connect(%s) succeeded, want an error wrapping sdk.ErrBadHandle", tc.name)
+		} else if !errors.Is(err, sdk.ErrBadHandle) {
+			t.Errorf("Connect(%s) = %v, want an error wrapping sdk.ErrBadHandle", tc.name, err)
+		}
+	}
+	closeConn(t, "Listener", live)
 	// A closed listener's handle is well formed but leads nowhere:
 	// Connect must return in bounded time (an error, or a connection
 	// whose requests fail).
-	h := newHarness(t)
 	l, hd := h.listen(tr)
 	if err := closeConn(t, "Listener", l); err != nil {
 		t.Errorf("Listener.Close: %v", err)
