@@ -24,12 +24,12 @@ _gorun() {
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     case "$prev" in
         --hostfile|--machinefile|--summary-json) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --output-filename) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --output-filename|--plugin-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --map-by) COMPREPLY=($(compgen -W "slot node ppr:1:node" -- "$cur")); return ;;
         %s) return ;;
     esac
     if [[ $COMP_CWORD -eq 1 && "$cur" != -* ]]; then
-        COMPREPLY=($(compgen -W "check topo bench config completion" -- "$cur") $(compgen -c -- "$cur"))
+        COMPREPLY=($(compgen -W "check topo bench plugins config completion" -- "$cur") $(compgen -c -- "$cur"))
     elif [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "%s" -- "$cur"))
     else
