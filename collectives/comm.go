@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -179,6 +180,11 @@ func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, thr *T
 	}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
+	}
+	if c.chunk == 0 {
+		if n, err := strconv.Atoi(os.Getenv(EnvChunk)); err == nil && n > 0 {
+			c.chunk = n
+		}
 	}
 	c.chunk = orDefault(c.chunk, DefaultChunkBytes)
 	c.segment = orDefault(c.segment, DefaultSegmentBytes)

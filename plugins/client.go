@@ -460,7 +460,11 @@ func (c *Client) poll() bool {
 func (c *Client) Poll() bool { return c.poll() }
 
 // Spin implements request.Poller.
-func (c *Client) Spin() time.Duration { return 5 * time.Microsecond }
+func (c *Client) Spin() time.Duration { return hostSpin }
+
+// hostSpin is how long a Wait polls the completion ring before it
+// parks (see the SDK's spinFor).
+const hostSpin = 5 * time.Microsecond
 
 // Polling implements request.Poller.
 func (c *Client) Polling() { c.spinners.Add(1) }

@@ -21,7 +21,7 @@ import (
 )
 
 // maxRequests is how many requests one connection keeps in flight.
-const maxRequests = 256
+const maxRequests = 1024
 
 // Transport is a plugin's transport as a gorun transport.Transport: the
 // control calls go to the plugin over gRPC, transfers through the shared

@@ -183,7 +183,7 @@ func TestPluginCrashInJob(t *testing.T) {
 	bin := buildCollectivesExample(t, tmp)
 	mark := newMark(t)
 	r := runGorun(t, 120*time.Second, nil, "-np", "3", "--iface", "lo", "--plugin", "testplugin", "--plugin-dir", dir,
-		"-x", "GORUN_COLL_TRANSPORT=plugin", "-x", "TESTPLUGIN_CRASH_AFTER=40", "-x", "TESTPLUGIN_CRASH_RANK=1", "-x", "GORUN_TEST_MARK="+mark, bin)
+		"-x", "GORUN_COLL_TRANSPORT=plugin", "-x", "TESTPLUGIN_CRASH_AFTER=20", "-x", "TESTPLUGIN_CRASH_RANK=1", "-x", "GORUN_TEST_MARK="+mark, bin)
 	if r.code == 0 {
 		t.Fatalf("exit 0 with a crashing plugin\n%s", r.stderr)
 	}

@@ -626,6 +626,13 @@ func (t *transportImpl) Register(mem []byte) (sdk.Registration, error) {
 }
 
 // Deregister releases a registration.
+// ManualProgress implements sdk.Progresser: libfabric's tcp, shm, verbs
+// and efa providers move data only when the endpoint is progressed, which
+// Test does, so the SDK must keep testing while the rank waits.
+func (t *transportImpl) ManualProgress() bool { return true }
+
+var _ sdk.Progresser = (*transportImpl)(nil)
+
 func (t *transportImpl) Deregister(r sdk.Registration) error {
 	reg, ok := r.(*registration)
 	if !ok || reg == nil {

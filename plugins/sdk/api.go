@@ -122,6 +122,15 @@ type Transport interface {
 	Close() error
 }
 
+// Progresser is implemented by a Transport whose requests move only while
+// they are tested (libfabric's manual progress, for one): ManualProgress
+// returning true has the SDK poll its requests without pause for as long
+// as the rank waits for something from it, where it otherwise sleeps
+// until Config.Wake or a timer.
+type Progresser interface {
+	ManualProgress() bool
+}
+
 // Registration is a Transport's record of registered memory, opaque to the
 // SDK.
 type Registration any

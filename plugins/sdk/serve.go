@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,13 @@ func Serve(p Plugin) {
 	if p.Transport == nil && p.Collective == nil {
 		log.Error("the plugin provides neither a transport nor a collective")
 		os.Exit(1)
+	}
+	// The plugin inherits the rank's environment, and a rank may run with
+	// GOMAXPROCS=1 (gorun bench sets it): with one P, the progress loop's
+	// polling would keep the network poller from running the author's
+	// I/O goroutines for up to 10ms at a time.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
 	}
 	go watchParent(log)
 	s := &server{p: p, log: log}
@@ -120,7 +128,7 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, erro
 		mine.Close()
 		return nil, err
 	}
-	wake := newWaker()
+	wake := &waker{bell: mine}
 	cfg := Config{Rank: req.Rank, Size: req.Size, LocalRank: req.LocalRank, Iface: req.Iface, Options: req.Options, Logger: s.log, Wake: wake.wake}
 	if cfg.Options == nil {
 		cfg.Options = map[string]string{}

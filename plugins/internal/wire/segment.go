@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -121,6 +122,17 @@ func (b *Bell) Wait() error {
 	var buf [8]byte
 	_, err := b.f.Read(buf[:])
 	return err
+}
+
+// WaitFor is Wait for at most d (no limit when d is 0); it returns an
+// error wrapping os.ErrDeadlineExceeded when d passed.
+func (b *Bell) WaitFor(d time.Duration) error {
+	if d > 0 {
+		b.f.SetReadDeadline(time.Now().Add(d))
+	} else {
+		b.f.SetReadDeadline(time.Time{})
+	}
+	return b.Wait()
 }
 
 // Close closes the bell; a Wait in progress returns an error.
