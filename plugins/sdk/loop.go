@@ -238,10 +238,16 @@ func (l *loop) run() {
 			continue
 		}
 		idle := time.Since(last)
-		if idle < spinFor || (l.manual && l.waiting()) {
-			// A transport that moves only when tested is polled for as
-			// long as the rank waits for something from it.
+		if idle < spinFor {
 			runtime.Gosched()
+			continue
+		}
+		if l.manual && l.waiting() {
+			// A transport that moves only when tested is polled for as
+			// long as the rank waits for something from it, giving the
+			// CPU to any other process ready to run between polls (its
+			// rank, which must run to use what arrives, most of all).
+			osYield()
 			continue
 		}
 		// Sleep on the doorbell, which the rank and the transport's
