@@ -88,6 +88,8 @@ BIN=$BENCH/.bin/coll
 GORUN=$BIN/gorun
 TH=$BENCH/.bin/testhosts
 TORCH_PY=/usr/bin/python3 # Debian's python3-torch; `python3` on PATH may be another one
+# shellcheck source=bench/fixture.sh
+. "$BENCH/fixture.sh"
 die() { echo "coll.sh: $*" >&2; exit 1; }
 has() { [[ " $1 " == *" $2 "* ]]; }
 needs_hosts() { [[ "$CONFIGS" == *tcp* ]] || [ "$LIMITS" = all ]; }
@@ -155,24 +157,7 @@ cleanup() {
 trap cleanup EXIT
 HEAD=()
 if needs_hosts; then
-  if [ "${KEEP_HOSTS:-0}" = 1 ] && "$TH" --state "$STATE" status >/dev/null 2>&1 &&
-    [ "$(eval "$("$TH" --state "$STATE" env)"; echo "$TESTHOSTS_N")" -ge 4 ]; then
-    echo "reusing the hosts up in $STATE" >&2
-  else
-    mkdir -p "$(dirname "$STATE")"
-    started=1 # also when up fails halfway: down removes what it left
-    "$TH" --state "$STATE" up 4 >&2
-  fi
-  eval "$("$TH" --state "$STATE" env)"
-  [[ "$TESTHOSTS_SUBNET" =~ ^10\.213\.[0-9]+\.0/24$ ]] || die "unexpected subnet $TESTHOSTS_SUBNET"
-  NET=${TESTHOSTS_SUBNET%.0/24}
-  HEAD=("$TH" --state "$STATE" head)
-  # Never launch unless the names resolve, from the private hosts file, into our subnet.
-  for h in h1 h4; do
-    ip=$("${HEAD[@]}" getent hosts "$h" | awk '{print $1; exit}')
-    [[ "$ip" == "$NET".* ]] || die "$h resolves to '$ip' under testhosts head, not into $TESTHOSTS_SUBNET"
-  done
-  mapfile -t NETNS < <("$TH" --state "$STATE" status 2>/dev/null | sed -n 's/.* netns=\([^ ]*\) .*/\1/p')
+  fixture_up 4
 fi
 
 # reap_hosts WHAT: kill what a run left on the fake hosts (not descendants of the

@@ -48,6 +48,8 @@ OUT=${OUT:-$BENCH/results/plugins-$(date +%Y%m%d-%H%M%S)}
 BIN=$BENCH/.bin/plugins # gorun, testhosts and the plugins: the --plugin-dir
 GORUN=$BIN/gorun
 TH=$BIN/testhosts
+# shellcheck source=bench/fixture.sh
+. "$BENCH/fixture.sh"
 die() { echo "plugins.sh: $*" >&2; exit 1; }
 
 [[ "$BENCH" != *[[:space:]]* ]] || die "the checkout's path has blanks"
@@ -93,24 +95,7 @@ cleanup() {
   rm -rf "$SCRATCH"
 }
 trap cleanup EXIT
-if [ "${KEEP_HOSTS:-0}" = 1 ] && "$TH" --state "$STATE" status >/dev/null 2>&1 &&
-  [ "$(eval "$("$TH" --state "$STATE" env)"; echo "$TESTHOSTS_N")" -ge 2 ]; then
-  echo "reusing the hosts up in $STATE" >&2
-else
-  mkdir -p "$(dirname "$STATE")"
-  started=1 # also when up fails halfway: down removes what it left
-  "$TH" --state "$STATE" up 2 >&2
-fi
-eval "$("$TH" --state "$STATE" env)"
-[[ "$TESTHOSTS_SUBNET" =~ ^10\.213\.[0-9]+\.0/24$ ]] || die "unexpected subnet $TESTHOSTS_SUBNET"
-NET=${TESTHOSTS_SUBNET%.0/24}
-HEAD=("$TH" --state "$STATE" head)
-# Never launch unless the names resolve, from the private hosts file, into our subnet.
-for h in h1 h2; do
-  ip=$("${HEAD[@]}" getent hosts "$h" | awk '{print $1; exit}')
-  [[ "$ip" == "$NET".* ]] || die "$h resolves to '$ip' under testhosts head, not into $TESTHOSTS_SUBNET"
-done
-mapfile -t NETNS < <("$TH" --state "$STATE" status 2>/dev/null | sed -n 's/.* netns=\([^ ]*\) .*/\1/p')
+fixture_up 2
 [ ${#NETNS[@]} -ge 2 ] || die "cannot list the hosts' network namespaces"
 
 # reap_hosts WHAT: kill what a run left on the hosts (ranks and plugin processes are not
