@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/transport"
@@ -32,7 +33,7 @@ const (
 	// EnvIface chooses the TCP transport's network interface, in
 	// NCCL_SOCKET_IFNAME syntax ("eth", "=eth0", "^docker,lo"). gorun's
 	// --iface sets it.
-	EnvIface = "GORUN_COLL_IFACE"
+	EnvIface = env.CollIface
 	// EnvStreams is the number of TCP streams per connection (1 to
 	// tcp.MaxStreams; default tcp.DefaultStreams).
 	EnvStreams = "GORUN_COLL_STREAMS"
@@ -45,17 +46,17 @@ const (
 	// with GORUN_COLL_TRANSPORT=plugin), its collectives run the
 	// operations it accepts. A name is looked up as gorun-plugin-<name>
 	// in the plugin directories; a path is used as it is.
-	EnvPlugin = "GORUN_COLL_PLUGIN"
+	EnvPlugin = env.CollPlugin
 	// EnvPluginOpts are the plugin's options, "key=value" separated by
 	// commas (gorun --plugin-opt, --fabric-provider).
-	EnvPluginOpts = "GORUN_PLUGIN_OPTS"
+	EnvPluginOpts = env.PluginOpts
 	// EnvChunk is the ring algorithms' chunk in bytes (Options.ChunkBytes;
 	// default DefaultChunkBytes, PluginChunkBytes in a world of plugin
 	// transports). Every rank must be given the same.
 	EnvChunk = "GORUN_COLL_CHUNK"
 	// EnvFallback set to "tcp" lets a rank whose plugin cannot start go
 	// on over TCP instead of failing (gorun --transport-fallback tcp).
-	EnvFallback = "GORUN_COLL_FALLBACK"
+	EnvFallback = env.CollFallback
 )
 
 // DefaultSetupTimeout bounds InitWith's connection set-up when its
@@ -184,16 +185,11 @@ func SetupFromEnv() (Setup, error) {
 	s.CMA = os.Getenv(EnvCMA) == "1"
 	s.Plugin = os.Getenv(EnvPlugin)
 	s.Fallback = os.Getenv(EnvFallback)
-	if v := os.Getenv(EnvPluginOpts); v != "" {
-		s.PluginOptions = map[string]string{}
-		for _, kv := range strings.Split(v, ",") {
-			k, val, ok := strings.Cut(kv, "=")
-			if !ok || k == "" {
-				return s, fmt.Errorf("collectives: init: %s: %q is not key=value", EnvPluginOpts, kv)
-			}
-			s.PluginOptions[k] = val
-		}
+	opts, err := env.ParsePluginOpts(os.Getenv(EnvPluginOpts))
+	if err != nil {
+		return s, fmt.Errorf("collectives: init: %w", err)
 	}
+	s.PluginOptions = opts
 	s.Iface = os.Getenv(EnvIface)
 	if s.Iface == "" && s.Hosts > 1 {
 		s.Iface = routeIface(os.Getenv("MASTER_ADDR"))

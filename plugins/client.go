@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/plugins/internal/wire"
 	"github.com/gorun/gorun/transport"
 )
@@ -24,7 +25,7 @@ import (
 // EnvLogLevel sets the level at which a rank shows its plugins' log
 // entries ("trace" ... "error", "off"); default "warn". The plugin sees the
 // same variable.
-const EnvLogLevel = "GORUN_PLUGIN_LOG"
+const EnvLogLevel = env.PluginLog
 
 // Options says which transport or collective plugin to open, and for which
 // rank.

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/gorun/gorun/env"
 )
 
 // BinaryPrefix starts the file name of every transport or collective
@@ -17,7 +19,7 @@ const BinaryPrefix = "gorun-plugin-"
 
 // EnvPath lists directories to search for plugins, separated by colons,
 // after --plugin-dir and before the standard directories.
-const EnvPath = "GORUN_PLUGIN_PATH"
+const EnvPath = env.PluginPath
 
 // SystemDir is the system-wide plugin directory.
 const SystemDir = "/usr/lib/gorun/plugins"

@@ -21,48 +21,9 @@ import (
 	"github.com/gorun/gorun/plugins/plugintest"
 )
 
-// pluginSettings reads the plugin flags: names that are paths and the
-// plugin directories become absolute (ranks run elsewhere), options must
-// be key=value, and the fallback can only be tcp.
+// pluginSettings reads the plugin flags (env.NewPlugin checks them).
 func pluginSettings(get func(string) string, list func(string) []string) (env.Plugin, error) {
-	p := env.Plugin{Name: get("plugin"), Fallback: get("transport-fallback")}
-	if strings.ContainsRune(p.Name, '/') {
-		abs, err := filepath.Abs(p.Name)
-		if err != nil {
-			return p, fmt.Errorf("--plugin %s: %w", p.Name, err)
-		}
-		p.Name = abs
-	}
-	for _, d := range list("plugin-dir") {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return p, fmt.Errorf("--plugin-dir %s: %w", d, err)
-		}
-		p.Dirs = append(p.Dirs, abs)
-	}
-	for _, o := range list("plugin-opt") {
-		for _, kv := range strings.Split(o, ",") {
-			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-				return p, fmt.Errorf("--plugin-opt %q: want KEY=VALUE", kv)
-			}
-			p.Options = append(p.Options, kv)
-		}
-	}
-	if fp := get("fabric-provider"); fp != "" {
-		if strings.ContainsRune(fp, ',') {
-			return p, fmt.Errorf("--fabric-provider %q: one provider", fp)
-		}
-		p.Options = append(p.Options, "provider="+fp)
-	}
-	switch p.Fallback {
-	case "", "tcp":
-	default:
-		return p, fmt.Errorf("--transport-fallback %q: the only fallback is tcp", p.Fallback)
-	}
-	if p.Fallback != "" && p.Name == "" {
-		return p, fmt.Errorf("--transport-fallback %s: there is no --plugin to fall back from", p.Fallback)
-	}
-	return p, nil
+	return env.NewPlugin(get("plugin"), list("plugin-dir"), list("plugin-opt"), get("fabric-provider"), get("transport-fallback"))
 }
 
 // pluginsCommand is `gorun plugins list|test`.

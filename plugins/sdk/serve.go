@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/plugins/internal/wire"
 	"github.com/gorun/gorun/transport"
 )
@@ -19,7 +20,7 @@ import (
 // EnvLogLevel sets the level of a plugin's log ("trace", "debug", "info",
 // "warn", "error"; default "info"). gorun passes it on from its own
 // environment.
-const EnvLogLevel = "GORUN_PLUGIN_LOG"
+const EnvLogLevel = env.PluginLog
 
 // Serve runs the plugin: it answers gorun's handshake, serves the control
 // plane over gRPC and the data plane over shared memory, and returns only
