@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"text/tabwriter"
 
 	"github.com/gorun/gorun/env"
 )
@@ -180,4 +181,55 @@ func List(ctx context.Context, dirs []string, o Options) []Listing {
 	}
 	wg.Wait()
 	return out
+}
+
+// WriteListing prints what List found in dirs as gorun plugins list
+// shows it: one line per plugin (name, version, kind, path, devices), or
+// why a file is not usable.
+func WriteListing(out io.Writer, dirs []string, ls []Listing) error {
+	if len(ls) == 0 {
+		_, err := fmt.Fprintf(out, "no plugins (%s*) in %s\n", BinaryPrefix, strings.Join(dirs, ", "))
+		return err
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tVERSION\tKIND\tPATH\tDEVICES")
+	for _, l := range ls {
+		why := ""
+		switch {
+		case l.Problem != "":
+			why = l.Problem
+		case l.Shadowed:
+			why = "shadowed by an earlier directory"
+		case l.Err != "":
+			msg, _, _ := strings.Cut(l.Err, "\n")
+			why = "error: " + msg
+		}
+		if why != "" {
+			fmt.Fprintf(w, "%s\t-\t-\t%s\t(%s)\n", l.Name, l.Path, why)
+			continue
+		}
+		var kind []string
+		if l.Info.Transport {
+			kind = append(kind, "transport")
+		}
+		if l.Info.Collective {
+			kind = append(kind, "collective")
+		}
+		devs := []string{}
+		for _, d := range l.Devices {
+			s := d.Name
+			if d.Provider != "" {
+				s += " (" + d.Provider + ")"
+			}
+			if d.Note != "" {
+				s += " [" + d.Note + "]"
+			}
+			devs = append(devs, s)
+		}
+		if len(devs) == 0 {
+			devs = []string{"-"}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", l.Info.Name, l.Info.Version, strings.Join(kind, "+"), l.Path, strings.Join(devs, ", "))
+	}
+	return w.Flush()
 }

@@ -8,13 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/plugins"
@@ -72,49 +69,7 @@ func listPlugins(c *cli.Context, stdout io.Writer) error {
 			Plugins []plugins.Listing `json:"plugins"`
 		}{dirs, ls})
 	}
-	if len(ls) == 0 {
-		fmt.Fprintf(stdout, "no plugins (gorun-plugin-*) in %s\n", strings.Join(dirs, ", "))
-		return nil
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tVERSION\tKIND\tPATH\tDEVICES")
-	for _, l := range ls {
-		switch {
-		case l.Problem != "":
-			fmt.Fprintf(w, "%s\t-\t-\t%s\t(%s)\n", l.Name, l.Path, l.Problem)
-			continue
-		case l.Shadowed:
-			fmt.Fprintf(w, "%s\t-\t-\t%s\t(shadowed by an earlier directory)\n", l.Name, l.Path)
-			continue
-		case l.Err != "":
-			msg, _, _ := strings.Cut(l.Err, "\n")
-			fmt.Fprintf(w, "%s\t-\t-\t%s\t(error: %s)\n", l.Name, l.Path, msg)
-			continue
-		}
-		var kind []string
-		if l.Info.Transport {
-			kind = append(kind, "transport")
-		}
-		if l.Info.Collective {
-			kind = append(kind, "collective")
-		}
-		var devs []string
-		for _, d := range l.Devices {
-			s := d.Name
-			if d.Provider != "" {
-				s += " (" + d.Provider + ")"
-			}
-			if d.Note != "" {
-				s += " [" + d.Note + "]"
-			}
-			devs = append(devs, s)
-		}
-		if len(devs) == 0 {
-			devs = []string{"-"}
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", l.Info.Name, l.Info.Version, strings.Join(kind, "+"), l.Path, strings.Join(devs, ", "))
-	}
-	return w.Flush()
+	return plugins.WriteListing(stdout, dirs, ls)
 }
 
 func absDirs(dirs []string) []string {
@@ -143,41 +98,12 @@ func testPlugin(c *cli.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return errExit{code: 1, err: err}
 	}
-	ctx := c.Context
-	info, devs, err := plugins.Inspect(ctx, path, plugins.Options{Iface: c.String("iface")})
+	_, err = plugintest.Check(c.Context, self, path, plugintest.CheckOptions{Probe: !c.Bool("no-probe"),
+		Options: plugintest.Options{Quick: c.Bool("quick"), Verbose: c.Bool("v"), Iface: c.String("iface"), Stdout: stdout, Stderr: stderr}})
 	if err != nil {
 		return errExit{code: 1, err: err}
 	}
-	fmt.Fprintf(stdout, "plugin %s %s (%s)\n", info.Name, info.Version, path)
-	for _, d := range devs {
-		fmt.Fprintf(stdout, "  device %s %s %s\n", d.Name, d.Provider, d.Note)
-	}
-	if !info.Transport {
-		fmt.Fprintf(stdout, "it provides no transport: nothing to test here (its collectives are tested through a job)\n")
-		return nil
-	}
-	start := time.Now()
-	if err := plugintest.Run(ctx, self, path, plugintest.Options{Quick: c.Bool("quick"), Verbose: c.Bool("v"), Iface: c.String("iface"), Stdout: stdout, Stderr: stderr}); err != nil {
-		return errExit{code: 1, err: err}
-	}
-	fmt.Fprintf(stdout, "transport contract: passed (%s)\n", time.Since(start).Round(time.Millisecond))
-	if c.Bool("no-probe") {
-		return nil
-	}
-	res, err := plugintest.Probe(ctx, path, c.String("iface"))
-	if err != nil {
-		return errExit{code: 1, err: fmt.Errorf("probe: %w", err)}
-	}
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "probe (2 plugin processes on this host)\tsize\tus\tGB/s\t")
-	for _, r := range res {
-		gb := "-"
-		if r.What == "bandwidth" {
-			gb = fmt.Sprintf("%.2f", r.GBps)
-		}
-		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, collbench.FormatSize(int64(r.Size)), r.Micros, gb)
-	}
-	return w.Flush()
+	return nil
 }
 
 // preflightPlugin runs the quick contract suite against the job's plugin
@@ -198,21 +124,8 @@ func preflightPlugin(c *cli.Context, o launcher.Options, stdout, stderr io.Write
 	if err != nil {
 		return errExit{code: launcher.ExitLaunch, err: err}
 	}
-	start := time.Now()
-	info, _, err := plugins.Inspect(c.Context, path, plugins.Options{Iface: "lo"})
-	if err != nil {
+	if err := plugintest.Preflight(c.Context, self, path, stderr); err != nil {
 		return errExit{code: launcher.ExitLaunch, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
 	}
-	if !info.Transport {
-		fmt.Fprintf(stderr, "gorun: --plugin-check: %s starts (it has no transport to test)\n", path)
-		return nil
-	}
-	var out strings.Builder
-	err = plugintest.Run(c.Context, self, path, plugintest.Options{Quick: true, Iface: "lo", Stdout: &out, Stderr: &out})
-	if err != nil {
-		fmt.Fprint(stderr, out.String())
-		return errExit{code: launcher.ExitLaunch, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
-	}
-	fmt.Fprintf(stderr, "gorun: --plugin-check: %s passed the quick transport contract (%s)\n", path, time.Since(start).Round(time.Millisecond))
 	return nil
 }

@@ -17,9 +17,12 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/transporttest"
@@ -258,4 +261,80 @@ func pair(ctx context.Context, from, to transport.Transport) (conns, conns, erro
 	}
 	ba, err := one(to, from)
 	return ab, ba, err
+}
+
+// CheckOptions say what Check does besides the suite.
+type CheckOptions struct {
+	Options
+	// Probe runs the probe after a passed suite and prints its table.
+	Probe bool
+}
+
+// Check is gorun plugins test: it starts the plugin at path outside a job,
+// prints what it is and the devices it found, runs the contract suite when
+// it has a transport (in a child of self) and, if asked, the probe. Its
+// report goes to o.Stdout; the error says what failed. It returns what the
+// plugin says of itself.
+func Check(ctx context.Context, self, path string, o CheckOptions) (plugins.Info, error) {
+	if o.Iface == "" {
+		o.Iface = DefaultIface
+	}
+	info, devs, err := plugins.Inspect(ctx, path, plugins.Options{Iface: o.Iface})
+	if err != nil {
+		return info, err
+	}
+	fmt.Fprintf(o.Stdout, "plugin %s %s (%s)\n", info.Name, info.Version, path)
+	for _, d := range devs {
+		fmt.Fprintf(o.Stdout, "  device %s %s %s\n", d.Name, d.Provider, d.Note)
+	}
+	if !info.Transport {
+		fmt.Fprintf(o.Stdout, "it provides no transport: nothing to test here (its collectives are tested through a job)\n")
+		return info, nil
+	}
+	start := time.Now()
+	if err := Run(ctx, self, path, o.Options); err != nil {
+		return info, err
+	}
+	fmt.Fprintf(o.Stdout, "transport contract: passed (%s)\n", time.Since(start).Round(time.Millisecond))
+	if !o.Probe {
+		return info, nil
+	}
+	res, err := Probe(ctx, path, o.Iface)
+	if err != nil {
+		return info, fmt.Errorf("probe: %w", err)
+	}
+	return info, WriteProbe(o.Stdout, res)
+}
+
+// WriteProbe prints the probe's results as a table.
+func WriteProbe(out io.Writer, res []Result) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "probe (2 plugin processes on this host)\tsize\tus\tGB/s\t")
+	for _, r := range res {
+		gb := "-"
+		if r.What == "bandwidth" {
+			gb = fmt.Sprintf("%.2f", r.GBps)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, collbench.FormatSize(int64(r.Size)), r.Micros, gb)
+	}
+	return w.Flush()
+}
+
+// Preflight is gorun --plugin-check: the quick suite against the plugin at
+// path, on loopback, before a job starts. It writes one line to log when
+// the plugin passed, and the suite's report when it did not.
+func Preflight(ctx context.Context, self, path string, log io.Writer) error {
+	var out strings.Builder
+	start := time.Now()
+	info, err := Check(ctx, self, path, CheckOptions{Options: Options{Quick: true, Stdout: &out, Stderr: &out}})
+	switch {
+	case err != nil:
+		fmt.Fprint(log, out.String())
+		return err
+	case !info.Transport:
+		fmt.Fprintf(log, "gorun: --plugin-check: %s starts (it has no transport to test)\n", path)
+	default:
+		fmt.Fprintf(log, "gorun: --plugin-check: %s passed the quick transport contract (%s)\n", path, time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
