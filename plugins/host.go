@@ -184,7 +184,7 @@ func Find(name string, dirs ...string) (string, []string, error) {
 		}
 		p := filepath.Join(d, name)
 		looked = append(looked, p)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		if isExec(p) {
 			return p, looked, nil
 		}
 	}

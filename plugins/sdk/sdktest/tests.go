@@ -86,6 +86,26 @@ func (s *suite) testHandle(t *testing.T) {
 	}
 }
 
+// refused checks that Connect refuses handle, which is not a handle of
+// tr's, with an error wrapping sdk.ErrBadHandle.
+func refused(t *testing.T, tr sdk.Transport, name string, handle []byte) {
+	t.Helper()
+	var sc sdk.SendConn
+	err := control(t, "Connect("+name+")", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		var err error
+		sc, err = tr.Connect(ctx, handle)
+		return err
+	})
+	if err == nil {
+		closeConn(t, "SendConn", sc)
+		t.Errorf("Connect(%s) succeeded, want an error wrapping sdk.ErrBadHandle", name)
+	} else if !errors.Is(err, sdk.ErrBadHandle) {
+		t.Errorf("Connect(%s) = %v, want an error wrapping sdk.ErrBadHandle", name, err)
+	}
+}
+
 func (s *suite) testBadHandle(t *testing.T) {
 	tr := s.transport(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -110,20 +130,7 @@ func (s *suite) testBadHandle(t *testing.T) {
 		{"129 random bytes", random(transport.MaxHandleSize + 1)},
 		{"4096 zero bytes", make([]byte, 4096)},
 	} {
-		var sc sdk.SendConn
-		err := control(t, "Connect("+tc.name+")", func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			var err error
-			sc, err = tr.Connect(ctx, tc.handle)
-			return err
-		})
-		if err == nil {
-			closeConn(t, "SendConn", sc)
-			t.Errorf("Connect(%s) succeeded, want an error wrapping sdk.ErrBadHandle", tc.name)
-		} else if !errors.Is(err, sdk.ErrBadHandle) {
-			t.Errorf("Connect(%s) = %v, want an error wrapping sdk.ErrBadHandle", tc.name, err)
-		}
+		refused(t, tr, tc.name, tc.handle)
 	}
 	// A live listener's handle cut short or extended by a byte is not a
 	// handle either (gorun's transport contract checks the same through
@@ -141,20 +148,7 @@ func (s *suite) testBadHandle(t *testing.T) {
 		if len(tc.handle) == 0 || len(tc.handle) > transport.MaxHandleSize {
 			continue
 		}
-		var sc sdk.SendConn
-		err := control(t, "Connect("+tc.name+")", func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-			defer cancel()
-			var err error
-			sc, err = tr.Connect(ctx, tc.handle)
-			return err
-		})
-		if err == nil {
-			closeConn(t, "SendConn", sc)
-			t.Errorf("Connect(%s) succeeded, want an error wrapping sdk.ErrBadHandle", tc.name)
-		} else if !errors.Is(err, sdk.ErrBadHandle) {
-			t.Errorf("Connect(%s) = %v, want an error wrapping sdk.ErrBadHandle", tc.name, err)
-		}
+		refused(t, tr, tc.name, tc.handle)
 	}
 	closeConn(t, "Listener", live)
 	// A closed listener's handle is well formed but leads nowhere:
