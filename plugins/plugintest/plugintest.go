@@ -22,7 +22,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/transporttest"
@@ -315,7 +314,7 @@ func WriteProbe(out io.Writer, res []Result) error {
 		if r.What == "bandwidth" {
 			gb = fmt.Sprintf("%.2f", r.GBps)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, collbench.FormatSize(int64(r.Size)), r.Micros, gb)
+		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, sizeText(r.Size), r.Micros, gb)
 	}
 	return w.Flush()
 }
@@ -337,4 +336,15 @@ func Preflight(ctx context.Context, self, path string, log io.Writer) error {
 		fmt.Fprintf(log, "gorun: --plugin-check: %s passed the quick transport contract (%s)\n", path, time.Since(start).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// sizeText writes a probe size as the table shows it: 8 B, 4 KiB, 1 MiB.
+func sizeText(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
 }
