@@ -8,21 +8,29 @@ import (
 )
 
 // Discover builds a Node from the sysfs tree under root and, when lib's
-// Init succeeds, from NVML. When Init fails discovery falls back quietly
-// to sysfs (a failure other than ErrNVMLNotFound is noted in
-// Node.Warnings) and no other method of lib is called. A nil lib means
-// sysfs only. The error is about sysfs, or about NVML after a
-// successful Init.
+// Init succeeds, from NVML, whose GPUs replace the NVIDIA GPUs of sysfs
+// (AMD's and Intel's stay). When Init fails discovery falls back to
+// sysfs, Node.NVMLStatus says why (a failure other than ErrNVMLNotFound
+// is also noted in Node.Warnings), and no other method of lib is called.
+// A nil lib means sysfs only. The error is about sysfs, or about NVML
+// after a successful Init.
 func Discover(root fs.FS, lib NVML) (*Node, error) {
 	n, err := ReadSysfs(root)
 	if err != nil {
 		return nil, err
 	}
 	if lib == nil {
+		n.NVMLStatus = "not asked"
 		return n, nil
 	}
 	if err := lib.Init(); err != nil {
-		if !errors.Is(err, ErrNVMLNotFound) {
+		n.NVMLStatus = err.Error()
+		if errors.Is(err, ErrNVMLNotFound) {
+			n.NVMLStatus = ErrNVMLNotFound.Error()
+			if errors.Is(err, ErrNoCgo) {
+				n.NVMLStatus = ErrNoCgo.Error()
+			}
+		} else {
 			n.Warnings = append(n.Warnings, fmt.Sprintf("NVML unavailable, GPUs from sysfs: %v", err))
 		}
 		return n, nil
@@ -33,6 +41,19 @@ func Discover(root fs.FS, lib NVML) (*Node, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// NVML's GPUs replace sysfs's NVIDIA ones; AMD's and Intel's stay.
+	for i := 1; i < len(gpus); i++ {
+		if gpus[i].BusID < gpus[i-1].BusID {
+			n.Warnings = append(n.Warnings, fmt.Sprintf("NVML numbers the GPUs out of PCI bus order (GPU %d at %s comes after GPU %d at %s): "+
+				"gorun pairs local ranks with GPUs in PCI bus order, as CUDA numbers them with CUDA_DEVICE_ORDER=PCI_BUS_ID", i, gpus[i].BusID, i-1, gpus[i-1].BusID))
+			break
+		}
+	}
+	for _, g := range n.GPUs {
+		if g.Vendor != VendorNVIDIA {
+			gpus = append(gpus, g)
+		}
 	}
 	n.GPUs = gpus
 	n.GPUSource = "nvml"
@@ -58,7 +79,7 @@ func nvmlGPUs(n *Node, lib NVML) ([]GPU, error) {
 	}
 	gpus := make([]GPU, count)
 	for i, info := range infos {
-		g := GPU{Index: i, UUID: info.UUID, BusID: NormalizeBusID(info.BusID), NUMA: info.NUMA,
+		g := GPU{Index: i, Vendor: VendorNVIDIA, UUID: info.UUID, BusID: NormalizeBusID(info.BusID), NUMA: info.NUMA,
 			CPUs: info.CPUAffinity, MemoryBytes: info.MemoryBytes, MIG: info.MIG}
 		if g.NUMA < 0 {
 			g.NUMA = n.deviceNUMA(g.BusID)

@@ -252,8 +252,90 @@ func FormatMatrix(w io.Writer, n *Node) error {
 			fmt.Fprintf(&b, "  NIC%d: %s\n", i, name)
 		}
 	}
+	formatGPUs(&b, n)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// formatGPUs writes what the matrix does not show about the GPUs: each
+// GPU's vendor, PCI device, UUID, memory and MIG mode, where the NVIDIA
+// GPUs came from (and why not NVML), the peer-to-peer read status between
+// NVIDIA GPUs as `nvidia-smi topo -p2p r` prints it, and discovery's
+// warnings.
+func formatGPUs(b *strings.Builder, n *Node) {
+	if len(n.GPUs) == 0 {
+		for _, w := range n.Warnings {
+			fmt.Fprintf(b, "\nWarning: %s\n", w)
+		}
+		return
+	}
+	b.WriteString("\nGPU Legend:\n\n")
+	nvidia := 0
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		name := g.Name()
+		if g.Vendor == VendorNVIDIA {
+			name = "NVIDIA " + name
+		}
+		fmt.Fprintf(b, "  GPU%d: %s at %s", i, name, g.BusID)
+		if d := n.PCI[g.BusID]; d != nil {
+			fmt.Fprintf(b, " (%s:%s)", d.Vendor, d.Device)
+		}
+		if g.UUID != "" {
+			fmt.Fprintf(b, ", %s", g.UUID)
+		}
+		if g.MemoryBytes > 0 {
+			fmt.Fprintf(b, ", %.0f GiB", float64(g.MemoryBytes)/(1<<30))
+		}
+		if g.Vendor == VendorNVIDIA {
+			nvidia++
+			if n.GPUSource == "nvml" {
+				mig := "off"
+				if g.MIG {
+					mig = "on"
+				}
+				fmt.Fprintf(b, ", MIG %s", mig)
+			}
+		}
+		b.WriteString("\n")
+	}
+	switch {
+	case nvidia > 0 && n.GPUSource == "nvml":
+		b.WriteString("\nNVIDIA GPUs from NVML.\n")
+	case nvidia > 0:
+		fmt.Fprintf(b, "\nNVIDIA GPUs from sysfs, not NVML (%s): no UUIDs, memory, NVLinks, peer-to-peer status or MIG mode.\n", orNA(n.NVMLStatus))
+	}
+	if len(n.GPUs) > nvidia {
+		if nvidia == 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("AMD and Intel GPUs from sysfs: their numbers are their PCI bus order.\n")
+	}
+	if nvidia > 1 && n.GPUSource == "nvml" {
+		b.WriteString("\nP2P read status (as nvidia-smi topo -p2p r):\n\n")
+		for i := range nvidia {
+			fmt.Fprintf(b, "\tGPU%d", i)
+		}
+		b.WriteString("\n")
+		for i := range nvidia {
+			fmt.Fprintf(b, "GPU%d", i)
+			for j := range nvidia {
+				st := n.GPUs[i].P2P[j]
+				if i == j {
+					st = " X "
+				} else if st == "" {
+					st = "N/A"
+				}
+				b.WriteString("\t" + st)
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("\n  X    = Self\n  OK   = Status Ok\n  CNS  = Chipset not supported\n  GNS  = GPU not supported\n" +
+			"  TNS  = Topology not supported\n  NS   = Not supported\n  U    = Unknown\n")
+	}
+	for _, w := range n.Warnings {
+		fmt.Fprintf(b, "\nWarning: %s\n", w)
+	}
 }
 
 func orNA(s string) string {

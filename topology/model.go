@@ -1,5 +1,7 @@
 package topology
 
+import "strconv"
+
 // Node is everything discovery knows about one machine. It marshals to
 // JSON as is.
 type Node struct {
@@ -9,8 +11,10 @@ type Node struct {
 	NUMANodes []NUMANode `json:"numa_nodes"`
 	// CPUs are the online logical CPUs (hardware threads), by ID.
 	CPUs []CPU `json:"cpus"`
-	// GPUs are the NVIDIA GPUs, in NVML order when NVML answered, else
-	// in PCI bus order (which is NVML's default order too).
+	// GPUs are the GPUs (NVIDIA, AMD and Intel data-center GPUs), NVIDIA's
+	// first, in NVML order when NVML answered (PCI bus order, unless
+	// Warnings says otherwise), else in PCI bus order; then AMD's, then
+	// Intel's, each in PCI bus order.
 	GPUs []GPU `json:"gpus"`
 	// NICs are the network interfaces backed by a PCI device (virtual
 	// interfaces are left out), by PCI bus ID then name.
@@ -18,8 +22,12 @@ type Node struct {
 	// PCI holds every PCI device and bridge, by bus ID
 	// ("0000:1b:00.0", lower case).
 	PCI map[string]*PCIDevice `json:"pci"`
-	// GPUSource says where the GPUs came from: "nvml" or "sysfs".
+	// GPUSource says where the NVIDIA GPUs came from: "nvml" or "sysfs".
 	GPUSource string `json:"gpu_source"`
+	// NVMLStatus says why NVML was not used when GPUSource is "sysfs"
+	// ("NVML library (libnvidia-ml.so.1) not found", "gorun was built
+	// without cgo", an Init error); empty when NVML answered.
+	NVMLStatus string `json:"nvml_status,omitempty"`
 	// Warnings are problems discovery worked around (NVML present but
 	// failing, for one).
 	Warnings []string `json:"warnings,omitempty"`
@@ -59,10 +67,21 @@ type CPU struct {
 	Siblings CPUSet `json:"siblings"`
 }
 
-// GPU is an NVIDIA GPU.
+// The GPU vendors discovery knows.
+const (
+	VendorNVIDIA = "nvidia"
+	VendorAMD    = "amd"
+	VendorIntel  = "intel"
+)
+
+// GPU is a GPU: an NVIDIA GPU, or an AMD or Intel data-center GPU.
 type GPU struct {
-	// Index is NVML's index (CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID).
+	// Index is the GPU's number among its vendor's GPUs: NVML's index for
+	// NVIDIA GPUs (CUDA's with CUDA_DEVICE_ORDER=PCI_BUS_ID), the PCI bus
+	// order for the others (ROCm's and Level Zero's device numbers).
 	Index int `json:"index"`
+	// Vendor is VendorNVIDIA, VendorAMD or VendorIntel.
+	Vendor string `json:"vendor"`
 	// UUID is NVML's UUID ("GPU-..."), empty without NVML.
 	UUID string `json:"uuid,omitempty"`
 	// BusID is the PCI bus ID, lower case ("0000:1b:00.0").
@@ -82,6 +101,17 @@ type GPU struct {
 	P2P map[int]string `json:"p2p,omitempty"`
 	// MIG reports whether MIG mode is enabled (current mode).
 	MIG bool `json:"mig"`
+}
+
+// Name is how reports name the GPU: "GPU 3", "AMD GPU 3", "Intel GPU 3".
+func (g *GPU) Name() string {
+	switch g.Vendor {
+	case VendorAMD:
+		return "AMD GPU " + strconv.Itoa(g.Index)
+	case VendorIntel:
+		return "Intel GPU " + strconv.Itoa(g.Index)
+	}
+	return "GPU " + strconv.Itoa(g.Index)
 }
 
 // NIC is a network interface backed by a PCI device: an Ethernet

@@ -33,6 +33,10 @@ type NVML interface {
 // loaded (NVML's ERROR_LIBRARY_NOT_FOUND) or gorun was built without cgo.
 var ErrNVMLNotFound = errors.New("NVML library (libnvidia-ml.so.1) not found")
 
+// ErrNoCgo is wrapped, with ErrNVMLNotFound, by the Init of a gorun built
+// without cgo (a static build), which cannot load NVML.
+var ErrNoCgo = errors.New("this gorun is a static build (without cgo), which cannot load NVML")
+
 // GPUInfo is what NVML says about one GPU.
 type GPUInfo struct {
 	// Index is NVML's device index.

@@ -185,3 +185,6 @@ func (r *realNVML) Shutdown() error {
 	}
 	return nil
 }
+
+// HasNVML says whether this build can load NVML: it was built with cgo.
+const HasNVML = true

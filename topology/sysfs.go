@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -321,22 +320,29 @@ func (n *Node) deviceCPUs(busID string, numa int) CPUSet {
 	return CPUSet{}
 }
 
-func isGPU(d *PCIDevice) bool {
-	return d.Vendor == vendorNVIDIA && (strings.HasPrefix(d.Class, classVGA) || strings.HasPrefix(d.Class, class3D))
-}
-
+// sysfsGPUs lists the node's GPUs from the PCI devices: NVIDIA's, then
+// AMD's, then Intel's, each in PCI bus order and numbered from 0 in it.
 func sysfsGPUs(n *Node) []GPU {
 	var ids []string
 	for id, d := range n.PCI {
-		if isGPU(d) {
+		if gpuVendor(d.Vendor, d.Class) != "" {
 			ids = append(ids, id)
 		}
 	}
-	slices.Sort(ids)
+	vendor := func(id string) string { return gpuVendor(n.PCI[id].Vendor, n.PCI[id].Class) }
+	sort.Slice(ids, func(i, j int) bool {
+		if a, b := vendorRank(vendor(ids[i])), vendorRank(vendor(ids[j])); a != b {
+			return a < b
+		}
+		return ids[i] < ids[j]
+	})
 	gpus := []GPU{}
-	for i, id := range ids {
+	count := map[string]int{}
+	for _, id := range ids {
+		v := vendor(id)
 		numa := n.deviceNUMA(id)
-		gpus = append(gpus, GPU{Index: i, BusID: id, NUMA: numa, CPUs: n.deviceCPUs(id, numa)})
+		gpus = append(gpus, GPU{Index: count[v], Vendor: v, BusID: id, NUMA: numa, CPUs: n.deviceCPUs(id, numa)})
+		count[v]++
 	}
 	return gpus
 }

@@ -56,6 +56,7 @@ func TestFixtures(t *testing.T) {
 		gpus     []wantDev
 		nics     []wantDev
 		source   string
+		vendor   string // of the GPUs; "" is NVIDIA
 	}{
 		{
 			name: "dgx-h100", packages: 2, cores: 112, cpus: 224,
@@ -88,6 +89,47 @@ func TestFixtures(t *testing.T) {
 				{name: "ens1f1np1/mlx5_1", numa: 0, speed: 0, up: false},
 			},
 			source: "nvml",
+		},
+		{
+			// AMD MI300X: processing accelerators, 4 per socket, each behind
+			// a switch with its NIC; the BMC's VGA is no GPU.
+			name: "mi300x", packages: 2, cores: 192, cpus: 384,
+			numa:   []string{"0-95,192-287", "96-191,288-383"},
+			memGiB: []int{755, 755},
+			gpus: []wantDev{
+				{name: "0000:05:00.0", numa: 0, cpus: "0-95,192-287"}, {name: "0000:2b:00.0", numa: 0, cpus: "0-95,192-287"},
+				{name: "0000:5b:00.0", numa: 0, cpus: "0-95,192-287"}, {name: "0000:65:00.0", numa: 0, cpus: "0-95,192-287"},
+				{name: "0000:7d:00.0", numa: 1, cpus: "96-191,288-383"}, {name: "0000:a5:00.0", numa: 1, cpus: "96-191,288-383"},
+				{name: "0000:d5:00.0", numa: 1, cpus: "96-191,288-383"}, {name: "0000:e7:00.0", numa: 1, cpus: "96-191,288-383"},
+			},
+			nics: []wantDev{
+				{name: "enp9s0np0/mlx5_0", numa: 0, speed: 400000, up: true}, {name: "enp35s0np0/mlx5_1", numa: 0, speed: 400000, up: true},
+				{name: "enp83s0np0/mlx5_2", numa: 0, speed: 400000, up: true}, {name: "enp105s0np0/mlx5_3", numa: 0, speed: 400000, up: true},
+				{name: "enp143s0np0/mlx5_4", numa: 1, speed: 400000, up: true}, {name: "enp156s0np0/mlx5_5", numa: 1, speed: 400000, up: true},
+				{name: "ens99f0np0/", numa: 1, speed: 100000, up: true},
+				{name: "enp205s0np0/mlx5_6", numa: 1, speed: 400000, up: true}, {name: "enp241s0np0/mlx5_7", numa: 1, speed: 400000, up: true},
+			},
+			source: "sysfs", vendor: VendorAMD,
+		},
+		{
+			// An Aurora node: HBM in flat mode makes NUMA nodes 2 and 3,
+			// memory without CPUs; 3 Max 1550 per socket, PCI domains 0
+			// and 1; Slingshot NICs without RDMA devices.
+			name: "intel-max", packages: 2, cores: 104, cpus: 208,
+			numa:   []string{"0-51,104-155", "52-103,156-207", "", ""},
+			memGiB: []int{503, 502, 64, 64},
+			gpus: []wantDev{
+				{name: "0000:18:00.0", numa: 0, cpus: "0-51,104-155"}, {name: "0000:42:00.0", numa: 0, cpus: "0-51,104-155"},
+				{name: "0000:6c:00.0", numa: 0, cpus: "0-51,104-155"}, {name: "0001:18:00.0", numa: 1, cpus: "52-103,156-207"},
+				{name: "0001:42:00.0", numa: 1, cpus: "52-103,156-207"}, {name: "0001:6c:00.0", numa: 1, cpus: "52-103,156-207"},
+			},
+			nics: []wantDev{
+				{name: "hsn0/", numa: 0, speed: 200000, up: true}, {name: "hsn1/", numa: 0, speed: 200000, up: true},
+				{name: "hsn2/", numa: 0, speed: 200000, up: true}, {name: "hsn3/", numa: 0, speed: 200000, up: true},
+				{name: "hsn4/", numa: 1, speed: 200000, up: true}, {name: "hsn5/", numa: 1, speed: 200000, up: true},
+				{name: "hsn6/", numa: 1, speed: 200000, up: true}, {name: "hsn7/", numa: 1, speed: 200000, up: true},
+			},
+			source: "sysfs", vendor: VendorIntel,
 		},
 		{
 			name: "cpu-2s", packages: 2, cores: 8, cpus: 16,
@@ -139,7 +181,11 @@ func TestFixtures(t *testing.T) {
 			}
 			for i, g := range n.GPUs {
 				w := tt.gpus[i]
-				if g.Index != i || g.BusID != w.name || g.NUMA != w.numa || g.CPUs.String() != w.cpus {
+				vendor := tt.vendor
+				if vendor == "" {
+					vendor = VendorNVIDIA
+				}
+				if g.Index != i || g.Vendor != vendor || g.BusID != w.name || g.NUMA != w.numa || g.CPUs.String() != w.cpus {
 					t.Errorf("GPU %d: %+v; want bus %s NUMA %d CPUs %s", i, g, w.name, w.numa, w.cpus)
 				}
 			}
@@ -235,7 +281,7 @@ func TestLinks(t *testing.T) {
 
 func TestFormatMatrixGolden(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"dgx-h100", "pcie-4gpu", "cpu-2s", "this-vm"} {
+	for _, name := range []string{"dgx-h100", "pcie-4gpu", "mi300x", "intel-max", "cpu-2s", "this-vm"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var buf bytes.Buffer
