@@ -1,7 +1,15 @@
 // Package env computes the environment a rank starts with: gorun's own
 // GORUN_* variables, the names torch's env:// rendezvous and torchrun
 // users expect (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), the
-// Open MPI-compatible OMPI_COMM_WORLD_* names, and the user's -x exports.
+// Open MPI-compatible OMPI_COMM_WORLD_* names, the variables that follow
+// from a rank's binding ([Bindings]: GPU visibility and order, UCX's NIC,
+// OpenMP's threads, from package topology's typed plan), and the user's
+// -x exports.
+//
+// GPU defaults follow what GPU jobs expect: every GPU the job may use
+// stays visible to every rank, local rank i is bound next to GPU i, which
+// its runtime numbers i, and no NCCL variable differs between the ranks of
+// a node. Narrowing each rank to its own GPU is GPUBindSingle.
 //
 // It is the one place in gorun that decides a rank's variables: the agent
 // calls [Build] for every rank it starts, and `gorun --print-env` shows the

@@ -25,10 +25,12 @@ type Rank struct {
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none
 	Dir            string // the rank's working directory: PWD, so that it agrees; "" = leave PWD
-	// Binding holds NAME=value hints that come with the rank's binding
-	// (CUDA_VISIBLE_DEVICES, NCCL_IB_HCA, UCX_NET_DEVICES, OMP_NUM_THREADS),
-	// planned by package topology to leave alone what the user set. They
-	// override the agent's environment and are overridden by -x.
+	// Binding holds the NAME=value hints of the rank's binding
+	// ([Bindings] or [UnboundHints]: CUDA_DEVICE_ORDER, UCX_NET_DEVICES,
+	// OMP_NUM_THREADS, ...), which leave alone what the user set. They
+	// override the agent's environment and are overridden by -x, except
+	// a GPU visibility variable (CUDA_VISIBLE_DEVICES, ...), which gorun
+	// narrowed from the user's own list and so wins over -x too.
 	Binding []string
 	// PMIFD is the rank's end of its PMI-1 socketpair (PMI_FD, with
 	// PMI_RANK, PMI_SIZE, MPI_LOCALRANKID and MPI_LOCALNRANKS, as MPICH's
@@ -300,7 +302,8 @@ func Vars(r Rank) []string {
 // Build returns the environment of rank r: base (the agent's own
 // environment), overridden by gorun's variables ([Vars]) and the binding's
 // hints (r.Binding), overridden in turn by the resolved -x exports, which
-// the user asked for explicitly.
+// the user asked for explicitly; a GPU visibility variable of r.Binding
+// goes last, since gorun narrowed it from the user's own list.
 // A name appears once; the order is base's, with new names appended.
 func Build(base []string, r Rank, exports []string) []string {
 	out := make([]string, 0, len(base)+40)
@@ -320,10 +323,19 @@ func Build(base []string, r Rank, exports []string) []string {
 	for _, kv := range Vars(r) {
 		set(kv)
 	}
+	var last []string
 	for _, kv := range r.Binding {
-		set(kv)
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case CUDAVisibleDevices, ROCRVisibleDevices, ZEAffinityMask:
+			last = append(last, kv)
+		default:
+			set(kv)
+		}
 	}
 	for _, kv := range exports {
+		set(kv)
+	}
+	for _, kv := range last {
 		set(kv)
 	}
 	return out

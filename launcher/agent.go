@@ -326,7 +326,7 @@ func (a *agent) readFrames(r *control.Reader) error {
 // launch starts a generation of ranks, or answers a print-env request.
 func (a *agent) launch(l control.Launch) {
 	base := os.Environ()
-	plan, report, topo, bindErr := bindings(l, base)
+	plan, hints, report, topo, bindErr := bindings(l, base)
 	bindingOf := func(i int) *topology.RankBinding {
 		if i < len(plan) {
 			return &plan[i]
@@ -336,15 +336,15 @@ func (a *agent) launch(l control.Launch) {
 	var pmixEnv map[int][]string
 	var kvSock, kvSecret string
 	rankEnv := func(i int, s control.RankSpec) []string {
-		var hints []string
-		if b := bindingOf(i); b != nil {
-			hints = b.Env
+		var vars []string
+		if i < len(hints) {
+			vars = hints[i].Vars
 		}
 		return env.Build(base, env.Rank{
 			JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 			LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 			Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
-			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: hints, PMIFD: pmiFD,
+			RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
 			PMIx: pmixEnv[s.Rank], AgentSocket: kvSock, Secret: kvSecret, Slurm: l.Slurm,
 		}, l.Exports)
 	}

@@ -1,14 +1,17 @@
 package launcher
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
 )
@@ -89,77 +92,226 @@ func topoSummary(n *topology.Node) string {
 	return fmt.Sprintf("%d packages, %d NUMA nodes, %d CPUs, %s, %d NICs up", len(n.Packages), len(n.NUMANodes), len(n.CPUs), gpus, up)
 }
 
-// bindings plans the bindings of a launch's ranks on this host, and the
-// --report-bindings text. No plan (nil) means: start the ranks unbound.
-func bindings(l control.Launch, base []string) (plan []topology.RankBinding, report, topo string, err error) {
+// bindings plans the bindings of a launch's ranks on this host, their
+// variables (hints, one per rank) and the --report-bindings text. No plan
+// (nil) means: start the ranks unbound.
+func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hints []env.RankHints, report, topo string, err error) {
 	to, err := topology.ParseBindTo(l.Bind.To)
 	if err != nil {
-		return nil, "", "", err
+		return nil, nil, "", "", err
 	}
+	gpuBind, err := env.ParseGPUBind(l.Bind.GPUBind)
+	if err != nil {
+		return nil, nil, "", "", err
+	}
+	all := append(append([]string(nil), base...), l.Exports...)
 	// Unbound without looking at the node, unless a report is wanted: no
 	// binding asked and none to be had (oversubscribed, or no GPU).
-	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || topology.LocalGPUs() == 0)) {
-		if to == topology.BindDefault {
-			return unboundHints(l, base), "", "", nil
+	gpus := -1 // unknown
+	if !l.Bind.Report && to == topology.BindDefault && !l.Bind.Oversubscribed {
+		gpus = topology.LocalGPUs()
+	}
+	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || gpus == 0)) {
+		o := bindingOptions(gpuBind, all)
+		if gpus < 0 {
+			gpus = topology.LocalGPUs()
 		}
-		return nil, "", "", nil
+		if gpus == 0 {
+			o.Unseen = unseenGPUs(all)
+		} else if gpuBind == env.GPUBindSingle {
+			why := "--bind-to none"
+			if to == topology.BindDefault {
+				why = "the node is oversubscribed"
+			}
+			return nil, nil, "", "", fmt.Errorf("--gpu-bind single: the ranks are not bound to GPUs (%s); use --bind-to gpu", why)
+		}
+		plan = make([]topology.RankBinding, len(l.Ranks))
+		for i := range plan {
+			plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone}
+		}
+		hints, _ = env.Bindings(plan, o)
+		return plan, hints, "", "", nil
 	}
 	n, err := localNode()
 	if err != nil {
-		return nil, "", "", fmt.Errorf("discover the node: %w", err)
+		return nil, nil, "", "", fmt.Errorf("discover the node: %w", err)
 	}
 	// Only the CPUs this agent may run on: a resource manager's cpuset
 	// (Slurm's cgroup or task affinity), or a taskset around gorun.
 	n = n.Restrict(allowedCPUs())
 	topo = topoSummary(n)
-	user := map[string]bool{}
-	var cvd *string
-	for _, kv := range append(append([]string(nil), base...), l.Exports...) {
+	ranks := make([]int, len(l.Ranks))
+	for i, s := range l.Ranks {
+		ranks[i] = s.Rank
+	}
+	nb, err := BindNode(n, l.Host, ranks, l.Bind, all)
+	if err != nil {
+		return nil, nil, "", topo, err
+	}
+	return nb.Plan, nb.Hints, nb.Report, topo, nil
+}
+
+// NodeBindings are the bindings of a node's ranks.
+type NodeBindings struct {
+	// Plan is each local rank's binding.
+	Plan []topology.RankBinding
+	// Hints are the variables each local rank gets from its binding.
+	Hints []env.RankHints
+	// Report is what --report-bindings prints for the node (only when
+	// b.Report is set): a line about the node, then two lines per rank.
+	Report string
+}
+
+// BindNode plans the bindings of the ranks ranks (job-wide numbers, in
+// local rank order) on node n, named host, as b asks, for ranks whose
+// environment is environ (the agent's, then the -x exports: the GPUs a
+// visibility variable grants, the variables the user set). The agent
+// calls it for the ranks it starts; `gorun topo --plan` for a recorded
+// machine.
+func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, environ []string) (NodeBindings, error) {
+	var nb NodeBindings
+	to, err := topology.ParseBindTo(b.To)
+	if err != nil {
+		return nb, err
+	}
+	gpuBind, err := env.ParseGPUBind(b.GPUBind)
+	if err != nil {
+		return nb, err
+	}
+	o := bindingOptions(gpuBind, environ)
+	vis, narrowed, err := jobGPUs(n, b.GPUs, environ)
+	// MIG instances, which gorun does not place: no rank gets a GPU of its
+	// own, and they get the list as it is (one instance each with
+	// --gpu-bind single).
+	mig := errors.Is(err, errMIG) && b.GPUs == nil && to != topology.BindGPU
+	if errors.Is(err, errMIG) && to == topology.BindGPU {
+		return nb, fmt.Errorf("--bind-to gpu: %w, which gorun does not place on GPUs; without --bind-to gpu the ranks run unbound with them", err)
+	}
+	if err != nil && !mig {
+		return nb, err
+	}
+	var migErr error
+	if mig {
+		vis, migErr = []int{}, err
+	}
+	bo := topology.BindOptions{LocalRanks: len(ranks), BindTo: to, MapBy: b.MapBy, CPUsPerRank: b.CPUsPerRank,
+		Oversubscribed: b.Oversubscribed, VisibleGPUs: vis}
+	if nb.Plan, err = topology.PlanBindings(n, bo); err != nil {
+		return nb, err
+	}
+	switch {
+	case mig:
+		o.Unseen = unseenGPUs(environ)
+		for i := range nb.Plan {
+			nb.Plan[i].Why = strings.Replace(nb.Plan[i].Why, "no GPUs visible", "no GPU of its own", 1) + "; " + migErr.Error() + ", which gorun does not place"
+		}
+	case len(topology.BindableGPUs(n)) == 0:
+		o.Unseen = unseenGPUs(environ)
+	case gpuBind == env.GPUBindSingle && nb.Plan[0].GPU == nil:
+		return nb, fmt.Errorf("--gpu-bind single: the ranks are not bound to GPUs (%s); use --bind-to gpu", nb.Plan[0].Why)
+	}
+	o.Narrowed = narrowed
+	var node string
+	nb.Hints, node = env.Bindings(nb.Plan, o)
+	if b.Report {
+		var sb strings.Builder
+		if node != "" {
+			fmt.Fprintf(&sb, "%s: %s\n", host, node)
+		}
+		shown := append([]topology.RankBinding(nil), nb.Plan...)
+		for i := range shown {
+			if nb.Hints[i].Note != "" {
+				shown[i].Why += "; " + nb.Hints[i].Note
+			}
+		}
+		topology.FormatBindingsOf(&sb, host, ranks, shown)
+		nb.Report = sb.String()
+	}
+	return nb, nil
+}
+
+// bindingOptions are env's options for ranks whose environment is
+// environ: the names set there are the user's, and SLURM_CPUS_ON_NODE
+// the node's CPUs.
+func bindingOptions(gpuBind env.GPUBind, environ []string) env.BindingOptions {
+	o := env.BindingOptions{GPUBind: gpuBind, User: map[string]bool{}}
+	for _, kv := range environ {
 		name, v, _ := strings.Cut(kv, "=")
-		user[name] = true
-		if name == "CUDA_VISIBLE_DEVICES" {
-			cvd = &v
+		o.User[name] = true
+		if name == "SLURM_CPUS_ON_NODE" {
+			o.NodeCPUs, _ = strconv.Atoi(v)
 		}
 	}
-	o := topology.BindOptions{LocalRanks: len(l.Ranks), BindTo: to, MapBy: l.Bind.MapBy, CPUsPerRank: l.Bind.CPUsPerRank,
-		Oversubscribed: l.Bind.Oversubscribed, UserEnv: user}
-	if l.Bind.GPUs != nil {
-		// GPU slots chosen with --include/--exclude: GPU indexes.
-		idx := make([]string, len(l.Bind.GPUs))
-		for i, g := range l.Bind.GPUs {
+	return o
+}
+
+// unseenGPUs returns the entries of the CUDA_VISIBLE_DEVICES of env (the
+// last one) for a node where gorun sees no GPU: the GPUs a resource
+// manager granted that only the job's runtime can see.
+func unseenGPUs(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "CUDA_VISIBLE_DEVICES="); ok {
+			out = out[:0]
+			for _, g := range strings.Split(v, ",") {
+				if g = strings.TrimSpace(g); g != "" {
+					out = append(out, g)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// jobGPUs returns the GPUs the job may use on node n, as indexes into
+// n.GPUs in the order the ranks' runtime numbers them, and whether gorun
+// itself narrowed them: the GPU slots of --include/--exclude (slots, GPU
+// indexes), within what the environment env (the agent's, then -x)
+// grants in the GPUs' visibility variable (CUDA_VISIBLE_DEVICES, set by
+// the user or by Slurm; ROCR_VISIBLE_DEVICES for AMD GPUs;
+// ZE_AFFINITY_MASK for Intel's). nil means every GPU.
+func jobGPUs(n *topology.Node, slots []int, env []string) (vis []int, narrowed bool, err error) {
+	if len(n.GPUs) == 0 {
+		return nil, false, nil
+	}
+	name := envVisibility(n)
+	var granted *string
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == name {
+			granted = &v
+		}
+	}
+	if granted != nil {
+		if vis, err = visibleGPUs(n, name, *granted); err != nil {
+			return nil, false, err
+		}
+	}
+	if slots != nil {
+		idx := make([]string, len(slots))
+		for i, g := range slots {
 			idx[i] = fmt.Sprint(g)
 		}
-		if o.VisibleGPUs, err = visibleGPUs(n, strings.Join(idx, ",")); err != nil {
-			return nil, "", topo, fmt.Errorf("--include/--exclude: %w", err)
-		}
-	}
-	if cvd != nil {
-		// GPUs already granted (by the user, or Slurm): rank i gets the
-		// i-th of them, and its own narrowing replaces the list.
-		granted, err := visibleGPUs(n, *cvd)
+		inc, err := visibleGPUs(n, "--include/--exclude", strings.Join(idx, ","))
 		if err != nil {
-			return nil, "", topo, err
+			return nil, false, err
 		}
-		if o.VisibleGPUs == nil {
-			o.VisibleGPUs = granted
-		} else {
-			o.VisibleGPUs = intersect(o.VisibleGPUs, granted)
+		sort.Ints(inc)
+		if vis != nil {
+			inc = intersect(inc, vis)
 		}
-		delete(user, "CUDA_VISIBLE_DEVICES")
+		return inc, true, nil
 	}
-	if plan, err = topology.PlanBindings(n, o); err != nil {
-		return nil, "", topo, err
+	return vis, false, nil
+}
+
+// envVisibility is the visibility variable of the GPUs that ranks are
+// bound to on n.
+func envVisibility(n *topology.Node) string {
+	b := topology.BindableGPUs(n)
+	if len(b) == 0 {
+		return env.CUDAVisibleDevices
 	}
-	if l.Bind.Report {
-		var sb strings.Builder
-		ranks := make([]int, len(l.Ranks))
-		for i, s := range l.Ranks {
-			ranks[i] = s.Rank
-		}
-		topology.FormatBindingsOf(&sb, l.Host, ranks, plan)
-		report = sb.String()
-	}
-	return plan, report, topo, nil
+	return env.VisibilityVar(n.GPUs[b[0]].Vendor)
 }
 
 // intersect keeps the elements of a that are in b, in a's order.
@@ -176,81 +328,38 @@ func intersect(a, b []int) []int {
 	return out
 }
 
-// visibleGPUs maps a CUDA_VISIBLE_DEVICES value (indexes or UUIDs) to
-// positions in n.GPUs.
-func visibleGPUs(n *topology.Node, v string) ([]int, error) {
+// errMIG is wrapped by the error of a visibility list that names MIG
+// instances (MIG-<uuid>), which gorun does not map to their GPUs.
+var errMIG = errors.New("MIG instances")
+
+// visibleGPUs maps a list of GPUs as a visibility variable (what, for
+// errors) writes them (indexes in PCI bus order, or UUIDs and their
+// prefixes) to positions in n.GPUs, among the GPUs ranks are bound to.
+func visibleGPUs(n *topology.Node, what, v string) ([]int, error) {
+	bindable := topology.BindableGPUs(n)
 	out := []int{}
 	for _, item := range strings.Split(v, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
 			continue
 		}
+		if strings.HasPrefix(item, "MIG-") {
+			return nil, fmt.Errorf("%s=%s names %w", what, v, errMIG)
+		}
 		found := -1
-		for i, g := range n.GPUs {
-			if item == g.UUID || item == fmt.Sprint(g.Index) || strings.HasPrefix(g.UUID, item) && strings.HasPrefix(item, "GPU-") {
+		for k, i := range bindable {
+			g := n.GPUs[i]
+			if item == strconv.Itoa(k) || g.UUID != "" && (item == g.UUID || strings.HasPrefix(item, "GPU-") && strings.HasPrefix(g.UUID, item)) {
 				found = i
 				break
 			}
 		}
 		if found < 0 {
-			return nil, fmt.Errorf("CUDA_VISIBLE_DEVICES=%s: no GPU %q on this host (%d GPUs)", v, item, len(n.GPUs))
+			return nil, fmt.Errorf("%s=%s: no GPU %q on this host (%d GPUs)", what, v, item, len(bindable))
 		}
 		out = append(out, found)
 	}
 	return out, nil
-}
-
-// unboundHints are the environment hints of ranks gorun does not bind,
-// from what a resource manager granted this host:
-//   - the GPUs (SLURM_STEP_GPUS or SLURM_JOB_GPUS, with
-//     CUDA_VISIBLE_DEVICES naming them), when gorun cannot see them to
-//     bind (no driver in this node's view, or GPUs that exist only for
-//     Slurm): local rank i gets the i-th entry of CUDA_VISIBLE_DEVICES,
-//     round robin;
-//   - the CPUs (SLURM_CPUS_ON_NODE): OMP_NUM_THREADS is the node's CPUs
-//     divided among its ranks, as it is for bound ranks.
-//
-// What the user set (in gorun's environment or with -x) is left alone.
-func unboundHints(l control.Launch, base []string) []topology.RankBinding {
-	var cvd, cpus string
-	granted, userOMP, userCVD := false, false, false
-	for _, kv := range base {
-		name, v, _ := strings.Cut(kv, "=")
-		switch name {
-		case "CUDA_VISIBLE_DEVICES":
-			cvd = v
-		case "SLURM_STEP_GPUS", "SLURM_JOB_GPUS":
-			granted = granted || v != ""
-		case "SLURM_CPUS_ON_NODE":
-			cpus = v
-		case "OMP_NUM_THREADS":
-			userOMP = true
-		}
-	}
-	for _, kv := range l.Exports {
-		userCVD = userCVD || strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=")
-		userOMP = userOMP || strings.HasPrefix(kv, "OMP_NUM_THREADS=")
-	}
-	gpus := strings.Split(cvd, ",")
-	shareGPUs := granted && !userCVD && cvd != "" && len(gpus) > 1
-	threads := 0
-	if n, err := strconv.Atoi(cpus); err == nil && n > 0 && !userOMP && len(l.Ranks) > 0 {
-		threads = max(1, n/len(l.Ranks))
-	}
-	if !shareGPUs && threads == 0 {
-		return nil
-	}
-	plan := make([]topology.RankBinding, len(l.Ranks))
-	for i := range plan {
-		plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone}
-		if shareGPUs {
-			plan[i].Env = append(plan[i].Env, "CUDA_VISIBLE_DEVICES="+gpus[i%len(gpus)])
-		}
-		if threads > 0 {
-			plan[i].Env = append(plan[i].Env, "OMP_NUM_THREADS="+strconv.Itoa(threads))
-		}
-	}
-	return plan
 }
 
 // allowedCPUs is the set of CPUs this process may run on.

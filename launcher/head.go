@@ -63,6 +63,7 @@ type Options struct {
 	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
 	BindTo        string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
 	CPUsPerRank   int           // --cpus-per-rank
+	GPUBind       string        // --gpu-bind: all ("" too: every GPU visible to every rank) or single
 	ReportBind    bool          // --report-bindings
 	SSH           control.SSH   // how to reach other hosts
 	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
@@ -675,7 +676,7 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		Exports: h.exports,
 		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),
 			FenceTimeout: h.o.RendezvousTimeout},
-		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs,
+		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs, GPUBind: h.o.GPUBind,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
 	}

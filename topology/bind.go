@@ -79,19 +79,16 @@ type BindOptions struct {
 	// is an error. With BindNUMA and BindPackage it only sizes the slots
 	// the ranks are mapped to.
 	CPUsPerRank int
-	// VisibleGPUs are the GPUs the job was granted (CUDA_VISIBLE_DEVICES,
-	// Slurm), as indexes into Node.GPUs (NVML order, PCI bus order
-	// without NVML); nil means all of them, an empty non-nil slice none.
+	// VisibleGPUs are the GPUs the job may use on this node, as indexes
+	// into Node.GPUs, in the order the ranks' GPU runtime numbers them
+	// (the order of CUDA_VISIBLE_DEVICES): local rank i gets the i-th. nil
+	// means every GPU of the node's GPU vendor (BindableGPUs), in PCI bus
+	// order; an empty non-nil slice means none.
 	VisibleGPUs []int
 	// Oversubscribed says the node runs more ranks than slots: with
 	// BindDefault nothing is bound; with an explicit BindTo, ranks may
 	// share GPUs, cores and CPU blocks instead of failing.
 	Oversubscribed bool
-	// UserEnv names the environment variables the user set
-	// (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, UCX_NET_DEVICES,
-	// CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, OMP_NUM_THREADS, ...):
-	// the plan never sets those.
-	UserEnv map[string]bool
 }
 
 // RankBinding is the plan for one local rank.
@@ -114,19 +111,15 @@ type RankBinding struct {
 	// NIC is the NIC closest to the rank's GPU (or, without a GPU, to its
 	// CPUs), pointing into Node.NICs; nil when unbound or no NIC is up.
 	NIC *NIC
-	// Env is what the rank's environment gets, NAME=value, leaving out
-	// every name in BindOptions.UserEnv:
-	//   - CUDA_VISIBLE_DEVICES=<the GPU's UUID>, or its index plus
-	//     CUDA_DEVICE_ORDER=PCI_BUS_ID when the UUID is unknown (no NVML,
-	//     as in a build without cgo);
-	//   - with a GPU and a NIC with an RDMA device (InfiniBand or RoCE):
-	//     NCCL_IB_HCA==<ibdev>:1 (the leading '=' makes NCCL match the
-	//     name exactly: mlx5_1 alone also matches mlx5_10);
-	//   - with a GPU and a NIC without one: NCCL_SOCKET_IFNAME==<netdev>;
-	//   - with a NIC: UCX_NET_DEVICES=<ibdev>:1, or <netdev>;
-	//   - when bound: OMP_NUM_THREADS, the rank's CPUs divided by the
-	//     number of ranks bound to the very same set (1 at least).
-	Env []string
+	// Visible are the GPUs the job may use on this node, in the order its
+	// GPU runtime numbers them (BindOptions.VisibleGPUs), pointing into
+	// Node.GPUs; nil unless BindTo is BindGPU. Every rank of the node
+	// gets the same slice.
+	Visible []*GPU
+	// Device is GPU's position in Visible: the device number the rank's
+	// runtime gives its GPU while every GPU of Visible stays visible
+	// (LOCAL_RANK, when the node has as many GPUs as ranks).
+	Device int
 	// Why explains the binding in one line.
 	Why string
 }
@@ -179,10 +172,14 @@ func unionCores(cores []bindCore) CPUSet {
 }
 
 // PlanBindings plans the bindings of o.LocalRanks ranks on node n, one
-// RankBinding per local rank in order.
+// RankBinding per local rank in order. The plan is typed: package env
+// turns it into the ranks' variables.
 //
 // BindGPU (the default on a node with visible GPUs): local rank i gets
-// the i-th visible GPU in index order; more ranks than visible GPUs is an
+// the i-th visible GPU (in PCI bus order unless o.VisibleGPUs orders
+// them), the one its runtime numbers i while all of them stay visible,
+// so that a script's device LOCAL_RANK is its GPU, even where the GPUs
+// are not numbered in NUMA order (its Why says so); more ranks than visible GPUs is an
 // error unless o.Oversubscribed (then ranks take the GPUs round-robin)
 // or another BindTo is asked for, which assigns no GPU at all. The rank's
 // CPUs are a block of whole cores of its GPU's NUMA node: the node's
@@ -267,18 +264,15 @@ func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 	if err := checkOverlap(out, mode, o.Oversubscribed); err != nil {
 		return nil, err
 	}
-	finish(n, o, out)
+	finish(n, out)
 	return out, nil
 }
 
-// visibleGPUs returns the indexes into n.GPUs the job may use.
+// visibleGPUs returns the indexes into n.GPUs the job may use, in the
+// order given.
 func visibleGPUs(n *Node, vis []int) ([]int, error) {
 	if vis == nil {
-		out := make([]int, len(n.GPUs))
-		for i := range out {
-			out[i] = i
-		}
-		return out, nil
+		return BindableGPUs(n), nil
 	}
 	seen := map[int]bool{}
 	out := make([]int, 0, len(vis))
@@ -292,7 +286,6 @@ func visibleGPUs(n *Node, vis []int) ([]int, error) {
 		seen[g] = true
 		out = append(out, g)
 	}
-	sort.Ints(out)
 	return out, nil
 }
 
@@ -317,6 +310,10 @@ func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
 	for _, c := range n.CPUs {
 		all.Add(c.ID)
 	}
+	vis := make([]*GPU, len(visible))
+	for k, gi := range visible {
+		vis[k] = &n.GPUs[gi]
+	}
 	domains := map[string]*gpuDomain{}
 	var order []*gpuDomain
 	gpuOf := make([]int, len(out))
@@ -324,6 +321,7 @@ func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
 		gi := visible[i%len(visible)]
 		g := &n.GPUs[gi]
 		gpuOf[i] = gi
+		out[i].Visible, out[i].Device = vis, i%len(visible)
 		var d gpuDomain
 		switch {
 		case g.NUMA >= 0 && !n.CPUsOfNUMA(g.NUMA).IsEmpty():
@@ -375,7 +373,7 @@ func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
 			g := &n.GPUs[gpuOf[i]]
 			b := &out[i]
 			b.BindTo, b.GPU, b.Mems = BindGPU, g, d.mems
-			why := fmt.Sprintf("GPU %d%s is on %s", g.Index, gpuName(g), d.label)
+			why := fmt.Sprintf("%s%s is on %s", g.Name(), gpuName(g), d.label)
 			if g.MIG {
 				why += " (MIG mode on)"
 			}
@@ -417,6 +415,7 @@ func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
 			b.Why = why
 		}
 	}
+	noteOrder(out)
 	used := map[int]int{}
 	for i := range out {
 		j, cls := pickNIC(n, used, func(j int) LinkKind { return n.Link(GPURef(gpuOf[i]), NICRef(j)).Kind })
@@ -428,6 +427,25 @@ func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
 		out[i].Why += fmt.Sprintf("; NIC %s %s", nicName(&n.NICs[j]), gpuNICPhrase(cls))
 	}
 	return nil
+}
+
+// noteOrder says, on each rank concerned, where pairing local rank i with
+// GPU i puts ranks on other NUMA nodes than pairing them in NUMA order
+// would (GPUs 0 and 1 on NUMA node 1, GPUs 2 and 3 on node 0): gorun
+// keeps GPU i for local rank i, since scripts take their device from
+// LOCAL_RANK.
+func noteOrder(out []RankBinding) {
+	byNUMA := make([]*GPU, len(out))
+	for i := range out {
+		byNUMA[i] = out[i].GPU
+	}
+	sort.SliceStable(byNUMA, func(a, b int) bool { return byNUMA[a].NUMA < byNUMA[b].NUMA })
+	for i := range out {
+		if g := out[i].GPU; g.NUMA != byNUMA[i].NUMA {
+			out[i].Why += fmt.Sprintf("; local rank %d keeps %s although the GPUs are not numbered in NUMA order (in NUMA order it would be on NUMA %d): "+
+				"local rank i always gets GPU i, the device LOCAL_RANK names", i, g.Name(), byNUMA[i].NUMA)
+		}
+	}
 }
 
 func gpuName(g *GPU) string {
@@ -677,53 +695,10 @@ func checkOverlap(out []RankBinding, mode BindTo, over bool) error {
 	return nil
 }
 
-// finish fills NUMA and Env.
-func finish(n *Node, o BindOptions, out []RankBinding) {
-	users := map[string]int{}
+// finish fills NUMA.
+func finish(n *Node, out []RankBinding) {
 	for i := range out {
-		users[out[i].CPUs.String()]++
-	}
-	for i := range out {
-		b := &out[i]
-		b.NUMA = n.NUMAOfCPUs(b.CPUs)
-		var kept []string
-		set := func(name, value string) {
-			if o.UserEnv[name] {
-				kept = append(kept, name)
-				return
-			}
-			b.Env = append(b.Env, name+"="+value)
-		}
-		if g := b.GPU; g != nil {
-			if g.UUID != "" {
-				set("CUDA_VISIBLE_DEVICES", g.UUID)
-			} else {
-				set("CUDA_VISIBLE_DEVICES", strconv.Itoa(g.Index))
-				if !o.UserEnv["CUDA_VISIBLE_DEVICES"] && !o.UserEnv["CUDA_DEVICE_ORDER"] {
-					set("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-				}
-			}
-		}
-		if c := b.NIC; c != nil {
-			if b.GPU != nil {
-				if c.IBDevice != "" {
-					set("NCCL_IB_HCA", "="+c.IBDevice+":1")
-				} else {
-					set("NCCL_SOCKET_IFNAME", "="+c.Name)
-				}
-			}
-			if c.IBDevice != "" {
-				set("UCX_NET_DEVICES", c.IBDevice+":1")
-			} else {
-				set("UCX_NET_DEVICES", c.Name)
-			}
-		}
-		if !b.CPUs.IsEmpty() {
-			set("OMP_NUM_THREADS", strconv.Itoa(max(1, b.CPUs.Len()/users[b.CPUs.String()])))
-		}
-		if len(kept) > 0 {
-			b.Why += "; the user's " + strings.Join(kept, ", ") + " kept"
-		}
+		out[i].NUMA = n.NUMAOfCPUs(out[i].CPUs)
 	}
 }
 
@@ -749,7 +724,7 @@ func FormatBindingsOf(w io.Writer, host string, ranks []int, plan []RankBinding)
 			sb.WriteString(" not bound\n")
 		} else {
 			if g := b.GPU; g != nil {
-				fmt.Fprintf(&sb, " GPU %d", g.Index)
+				fmt.Fprintf(&sb, " %s", g.Name())
 				if g.UUID != "" {
 					fmt.Fprintf(&sb, " %s", g.UUID)
 				}

@@ -10,42 +10,36 @@ import (
 )
 
 // wantBind is one rank's expected binding: gpu -1 for none, cpus ""
-// for unbound, nic "" for none (else the RDMA device or netdev name),
-// env the whole environment in order.
+// for unbound, nic "" for none (else the RDMA device or netdev name).
+// Package env's tests check the variables that follow from them.
 type wantBind struct {
 	gpu  int
 	cpus string
 	mems []int
 	nic  string
-	env  []string
 }
 
 func dgxUUID(i int) string { return fmt.Sprintf("GPU-6b1f0c%02d-5a1c-4d2e-9b7f-00003e9a%04d", i, i) }
 
 // dgxRank is rank -> GPU g on the DGX, with its cores and NIC mlx5_g.
-func dgxRank(g int, cpus string, omp int) wantBind {
-	nic := fmt.Sprintf("mlx5_%d", g)
-	return wantBind{gpu: g, cpus: cpus, mems: []int{g / 4}, nic: nic, env: []string{
-		"CUDA_VISIBLE_DEVICES=" + dgxUUID(g), "NCCL_IB_HCA==" + nic + ":1", "UCX_NET_DEVICES=" + nic + ":1", fmt.Sprintf("OMP_NUM_THREADS=%d", omp)}}
+func dgxRank(g int, cpus string) wantBind {
+	return wantBind{gpu: g, cpus: cpus, mems: []int{g / 4}, nic: fmt.Sprintf("mlx5_%d", g)}
 }
 
 var dgx8 = []wantBind{
-	dgxRank(0, "0-13,112-125", 28), dgxRank(1, "14-27,126-139", 28),
-	dgxRank(2, "28-41,140-153", 28), dgxRank(3, "42-55,154-167", 28),
-	dgxRank(4, "56-69,168-181", 28), dgxRank(5, "70-83,182-195", 28),
-	dgxRank(6, "84-97,196-209", 28), dgxRank(7, "98-111,210-223", 28),
+	dgxRank(0, "0-13,112-125"), dgxRank(1, "14-27,126-139"),
+	dgxRank(2, "28-41,140-153"), dgxRank(3, "42-55,154-167"),
+	dgxRank(4, "56-69,168-181"), dgxRank(5, "70-83,182-195"),
+	dgxRank(6, "84-97,196-209"), dgxRank(7, "98-111,210-223"),
 }
 
 func pcieRank(g int, cpus string, numa int) wantBind {
-	return wantBind{gpu: g, cpus: cpus, mems: []int{numa}, nic: "mlx5_0", env: []string{
-		fmt.Sprintf("CUDA_VISIBLE_DEVICES=GPU-2c9e4a%02d-77d0-41c3-8e55-000051b7%04d", g, g),
-		"NCCL_IB_HCA==mlx5_0:1", "UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=8"}}
+	return wantBind{gpu: g, cpus: cpus, mems: []int{numa}, nic: "mlx5_0"}
 }
 
 // cpuRank is a GPU-less rank on cpu-2s, whose only NIC is eno1.
-func cpuRank(cpus string, numa, omp int) wantBind {
-	return wantBind{gpu: -1, cpus: cpus, mems: []int{numa}, nic: "eno1",
-		env: []string{"UCX_NET_DEVICES=eno1", fmt.Sprintf("OMP_NUM_THREADS=%d", omp)}}
+func cpuRank(cpus string, numa int) wantBind {
+	return wantBind{gpu: -1, cpus: cpus, mems: []int{numa}, nic: "eno1"}
 }
 
 var unbound = wantBind{gpu: -1}
@@ -79,35 +73,21 @@ func TestPlanBindings(t *testing.T) {
 			why: []string{"GPU 4 (" + dgxUUID(4) + ") is on NUMA 1", "cores 0-13 of NUMA 1's 56 (4 ranks share it)", "NIC mlx5_4"},
 		},
 		{
-			// Visible GPUs come in index order whatever order they are given in.
+			// Visible GPUs keep the order given (CUDA_VISIBLE_DEVICES=6,1:
+			// device 0 is GPU 6).
 			name: "dgx 2 ranks on GPUs 6,1", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, VisibleGPUs: []int{6, 1}},
-			want: []wantBind{dgxRank(1, "0-55,112-167", 112), dgxRank(6, "56-111,168-223", 112)},
-			why:  []string{"cores 0-55 of NUMA 0's 56 (the only rank there)"},
+			want: []wantBind{dgxRank(6, "56-111,168-223"), dgxRank(1, "0-55,112-167")},
+			why:  []string{"cores 0-55 of NUMA 1's 56 (the only rank there)", "local rank 0 keeps GPU 6 although the GPUs are not numbered in NUMA order (in NUMA order it would be on NUMA 0)"},
 		},
 		{
 			// 56 cores over 3 ranks: 19, 19, 18.
 			name: "dgx 3 ranks uneven", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 3},
-			want: []wantBind{dgxRank(0, "0-18,112-130", 38), dgxRank(1, "19-37,131-149", 38), dgxRank(2, "38-55,150-167", 36)},
+			want: []wantBind{dgxRank(0, "0-18,112-130"), dgxRank(1, "19-37,131-149"), dgxRank(2, "38-55,150-167")},
 		},
 		{
 			name: "dgx cpus-per-rank 4", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, CPUsPerRank: 4, VisibleGPUs: []int{0, 4}},
-			want: []wantBind{dgxRank(0, "0-3,112-115", 8), dgxRank(4, "56-59,168-171", 8)},
+			want: []wantBind{dgxRank(0, "0-3,112-115"), dgxRank(4, "56-59,168-171")},
 			why:  []string{"cores 0-3 of NUMA 0's 56 (the only rank there), capped at --cpus-per-rank 4"},
-		},
-		{
-			name: "dgx user NCCL_IB_HCA", fixture: "dgx-h100",
-			opts: BindOptions{LocalRanks: 2, UserEnv: map[string]bool{"NCCL_IB_HCA": true}},
-			want: []wantBind{
-				{gpu: 0, cpus: "0-27,112-139", mems: []int{0}, nic: "mlx5_0", env: []string{"CUDA_VISIBLE_DEVICES=" + dgxUUID(0), "UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=56"}},
-				{gpu: 1, cpus: "28-55,140-167", mems: []int{0}, nic: "mlx5_1", env: []string{"CUDA_VISIBLE_DEVICES=" + dgxUUID(1), "UCX_NET_DEVICES=mlx5_1:1", "OMP_NUM_THREADS=56"}},
-			},
-			why: []string{"the user's NCCL_IB_HCA kept"},
-		},
-		{
-			name: "dgx user CUDA_VISIBLE_DEVICES and OMP_NUM_THREADS", fixture: "dgx-h100",
-			opts: BindOptions{LocalRanks: 1, UserEnv: map[string]bool{"CUDA_VISIBLE_DEVICES": true, "OMP_NUM_THREADS": true, "NCCL_SOCKET_IFNAME": true}},
-			want: []wantBind{{gpu: 0, cpus: "0-55,112-167", mems: []int{0}, nic: "mlx5_0", env: []string{"NCCL_IB_HCA==mlx5_0:1", "UCX_NET_DEVICES=mlx5_0:1"}}},
-			why:  []string{"the user's CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS kept"},
 		},
 		{
 			name: "dgx oversubscribed default", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 16, Oversubscribed: true},
@@ -116,8 +96,8 @@ func TestPlanBindings(t *testing.T) {
 		{
 			name: "dgx bind-to numa assigns no GPU", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, BindTo: BindNUMA},
 			want: []wantBind{
-				{gpu: -1, cpus: "0-55,112-167", mems: []int{0}, nic: "mlx5_0", env: []string{"UCX_NET_DEVICES=mlx5_0:1", "OMP_NUM_THREADS=112"}},
-				{gpu: -1, cpus: "56-111,168-223", mems: []int{1}, nic: "mlx5_4", env: []string{"UCX_NET_DEVICES=mlx5_4:1", "OMP_NUM_THREADS=112"}},
+				{gpu: -1, cpus: "0-55,112-167", mems: []int{0}, nic: "mlx5_0"},
+				{gpu: -1, cpus: "56-111,168-223", mems: []int{1}, nic: "mlx5_4"},
 			},
 		},
 		{
@@ -127,8 +107,7 @@ func TestPlanBindings(t *testing.T) {
 				for i := range 16 {
 					c := i/2 + 56*(i%2)
 					nic := fmt.Sprintf("mlx5_%d", (i/2)%4+4*(i%2)) // balanced over each node's 4 HCAs
-					w = append(w, wantBind{gpu: -1, cpus: fmt.Sprintf("%d,%d", c, c+112), mems: []int{i % 2}, nic: nic,
-						env: []string{"UCX_NET_DEVICES=" + nic + ":1", "OMP_NUM_THREADS=2"}})
+					w = append(w, wantBind{gpu: -1, cpus: fmt.Sprintf("%d,%d", c, c+112), mems: []int{i % 2}, nic: nic})
 				}
 				return w
 			}(),
@@ -137,38 +116,39 @@ func TestPlanBindings(t *testing.T) {
 			// GPUs 0 and 1 sit on NUMA 1: they get NUMA 1's cores.
 			name: "pcie-4gpu 4 ranks", fixture: "pcie-4gpu", opts: BindOptions{LocalRanks: 4},
 			want: []wantBind{pcieRank(0, "8-11,24-27", 1), pcieRank(1, "12-15,28-31", 1), pcieRank(2, "0-3,16-19", 0), pcieRank(3, "4-7,20-23", 0)},
-			why:  []string{"GPU 0 (GPU-2c9e4a00-77d0-41c3-8e55-000051b70000) is on NUMA 1", "cores 0-3 of NUMA 1's 8", "NIC mlx5_0 is across the CPU interconnect (SYS)"},
+			why: []string{"GPU 0 (GPU-2c9e4a00-77d0-41c3-8e55-000051b70000) is on NUMA 1", "cores 0-3 of NUMA 1's 8", "NIC mlx5_0 is across the CPU interconnect (SYS)",
+				"local rank 0 keeps GPU 0 although the GPUs are not numbered in NUMA order (in NUMA order it would be on NUMA 0): local rank i always gets GPU i, the device LOCAL_RANK names"},
 		},
 		{
 			name: "cpu-2s core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore},
-			want: []wantBind{cpuRank("0,8", 0, 2), cpuRank("1,9", 0, 2), cpuRank("2,10", 0, 2), cpuRank("3,11", 0, 2)},
+			want: []wantBind{cpuRank("0,8", 0), cpuRank("1,9", 0), cpuRank("2,10", 0), cpuRank("3,11", 0)},
 			why:  []string{"bind to core: 1 core on NUMA 0, mapped by slot", "NIC eno1 is on NUMA 0"},
 		},
 		{
 			name: "cpu-2s core map-by numa", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore, MapBy: "numa"},
-			want: []wantBind{cpuRank("0,8", 0, 2), cpuRank("4,12", 1, 2), cpuRank("1,9", 0, 2), cpuRank("5,13", 1, 2)},
+			want: []wantBind{cpuRank("0,8", 0), cpuRank("4,12", 1), cpuRank("1,9", 0), cpuRank("5,13", 1)},
 		},
 		{
 			name: "cpu-2s core cpus-per-rank 2", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindCore, CPUsPerRank: 2},
-			want: []wantBind{cpuRank("0-1,8-9", 0, 4), cpuRank("2-3,10-11", 0, 4), cpuRank("4-5,12-13", 1, 4), cpuRank("6-7,14-15", 1, 4)},
+			want: []wantBind{cpuRank("0-1,8-9", 0), cpuRank("2-3,10-11", 0), cpuRank("4-5,12-13", 1), cpuRank("6-7,14-15", 1)},
 			why:  []string{"bind to core: 2 cores on NUMA 0, mapped by slot"},
 		},
 		{
 			name: "cpu-2s core oversubscribed wraps", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 5, BindTo: BindCore, CPUsPerRank: 2, Oversubscribed: true},
-			want: []wantBind{cpuRank("0-1,8-9", 0, 2), cpuRank("2-3,10-11", 0, 4), cpuRank("4-5,12-13", 1, 4), cpuRank("6-7,14-15", 1, 4), cpuRank("0-1,8-9", 0, 2)},
+			want: []wantBind{cpuRank("0-1,8-9", 0), cpuRank("2-3,10-11", 0), cpuRank("4-5,12-13", 1), cpuRank("6-7,14-15", 1), cpuRank("0-1,8-9", 0)},
 		},
 		{
 			name: "cpu-2s numa", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindNUMA},
-			want: []wantBind{cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4), cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4)},
+			want: []wantBind{cpuRank("0-3,8-11", 0), cpuRank("4-7,12-15", 1), cpuRank("0-3,8-11", 0), cpuRank("4-7,12-15", 1)},
 			why:  []string{"bind to numa: all CPUs of NUMA 0, mapped round-robin by NUMA node; 2 ranks share it"},
 		},
 		{
 			name: "cpu-2s numa map-by slot", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindNUMA, MapBy: "slot"},
-			want: repeat(cpuRank("0-3,8-11", 0, 2), 4),
+			want: repeat(cpuRank("0-3,8-11", 0), 4),
 		},
 		{
 			name: "cpu-2s package", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4, BindTo: BindPackage},
-			want: []wantBind{cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4), cpuRank("0-3,8-11", 0, 4), cpuRank("4-7,12-15", 1, 4)},
+			want: []wantBind{cpuRank("0-3,8-11", 0), cpuRank("4-7,12-15", 1), cpuRank("0-3,8-11", 0), cpuRank("4-7,12-15", 1)},
 			why:  []string{"bind to package: all CPUs of package 0, mapped round-robin by package"},
 		},
 		{
@@ -186,8 +166,8 @@ func TestPlanBindings(t *testing.T) {
 		{
 			name: "this-vm core", fixture: "this-vm", opts: BindOptions{LocalRanks: 2, BindTo: BindCore},
 			want: []wantBind{
-				{gpu: -1, cpus: "0", mems: []int{0}, nic: "eth0", env: []string{"UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=1"}},
-				{gpu: -1, cpus: "1", mems: []int{0}, nic: "eth0", env: []string{"UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=1"}},
+				{gpu: -1, cpus: "0", mems: []int{0}, nic: "eth0"},
+				{gpu: -1, cpus: "1", mems: []int{0}, nic: "eth0"},
 			},
 		},
 	}
@@ -232,9 +212,15 @@ func checkPlan(t *testing.T, n *Node, plan []RankBinding, want []wantBind) {
 			nic = nicName(b.NIC)
 		}
 		if b.LocalRank != i || gpu != w.gpu || b.CPUs.String() != w.cpus || fmt.Sprint(b.Mems) != fmt.Sprint(w.mems) ||
-			nic != w.nic || strings.Join(b.Env, " ") != strings.Join(w.env, " ") {
-			t.Errorf("rank %d: got GPU %d CPUs %q mems %v NIC %q env %q\n\t\twant GPU %d CPUs %q mems %v NIC %q env %q",
-				i, gpu, b.CPUs, b.Mems, nic, b.Env, w.gpu, w.cpus, w.mems, w.nic, w.env)
+			nic != w.nic {
+			t.Errorf("rank %d: got GPU %d CPUs %q mems %v NIC %q\n\t\twant GPU %d CPUs %q mems %v NIC %q",
+				i, gpu, b.CPUs, b.Mems, nic, w.gpu, w.cpus, w.mems, w.nic)
+		}
+		if b.GPU != nil && (b.Device < 0 || b.Device >= len(b.Visible) || b.Visible[b.Device] != b.GPU) {
+			t.Errorf("rank %d: GPU %d is not device %d of the visible %v", i, gpu, b.Device, b.Visible)
+		}
+		if b.GPU == nil && b.Visible != nil {
+			t.Errorf("rank %d: no GPU, yet visible GPUs %v", i, b.Visible)
 		}
 		if got := fmt.Sprint(b.NUMA); got != fmt.Sprint(n.NUMAOfCPUs(b.CPUs)) {
 			t.Errorf("rank %d: NUMA %s for CPUs %s", i, got, b.CPUs)
@@ -307,26 +293,24 @@ func handNode(gpus []GPU, nics []NIC) *Node {
 
 func TestPlanBindingsHandBuilt(t *testing.T) {
 	t.Parallel()
-	g := func(i, numa int) GPU { return GPU{Index: i, BusID: fmt.Sprintf("0000:%02x:00.0", i+1), NUMA: numa} }
+	g := func(i, numa int) GPU {
+		return GPU{Index: i, Vendor: VendorNVIDIA, BusID: fmt.Sprintf("0000:%02x:00.0", i+1), NUMA: numa}
+	}
 	nics := []NIC{
 		{Name: "eth0", BusID: "0000:10:00.0", NUMA: 0, SpeedMbps: 100000, Up: true},
 		{Name: "ib0", IBDevice: "mlx5_0", BusID: "0000:11:00.0", NUMA: 0, SpeedMbps: 200000},
 		{Name: "ib1", IBDevice: "mlx5_1", BusID: "0000:12:00.0", NUMA: 0, SpeedMbps: 200000, Up: true},
 		{Name: "ib2", IBDevice: "mlx5_2", BusID: "0000:13:00.0", NUMA: 0, SpeedMbps: 200000, Up: true},
 	}
-	idx := func(i int, nic string) []string {
-		return []string{fmt.Sprintf("CUDA_VISIBLE_DEVICES=%d", i), "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-			"NCCL_IB_HCA==" + nic + ":1", "UCX_NET_DEVICES=" + nic + ":1"}
-	}
-	t.Run("index env, IB over Ethernet, up only, balanced", func(t *testing.T) {
+	t.Run("IB over Ethernet, up only, balanced", func(t *testing.T) {
 		n := handNode([]GPU{g(0, 0), g(1, 0)}, nics)
 		plan, err := PlanBindings(n, BindOptions{LocalRanks: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkPlan(t, n, plan, []wantBind{
-			{gpu: 0, cpus: "0-1", mems: []int{0}, nic: "mlx5_1", env: append(idx(0, "mlx5_1"), "OMP_NUM_THREADS=2")},
-			{gpu: 1, cpus: "2-3", mems: []int{0}, nic: "mlx5_2", env: append(idx(1, "mlx5_2"), "OMP_NUM_THREADS=2")},
+			{gpu: 0, cpus: "0-1", mems: []int{0}, nic: "mlx5_1"},
+			{gpu: 1, cpus: "2-3", mems: []int{0}, nic: "mlx5_2"},
 		})
 	})
 	t.Run("Ethernet only", func(t *testing.T) {
@@ -335,8 +319,7 @@ func TestPlanBindingsHandBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "0-3", mems: []int{0}, nic: "eth0",
-			env: []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "NCCL_SOCKET_IFNAME==eth0", "UCX_NET_DEVICES=eth0", "OMP_NUM_THREADS=4"}}})
+		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "0-3", mems: []int{0}, nic: "eth0"}})
 	})
 	t.Run("no NIC up, GPU NUMA unknown", func(t *testing.T) {
 		gpu := g(0, -1)
@@ -346,7 +329,7 @@ func TestPlanBindingsHandBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "2-3", env: []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID", "OMP_NUM_THREADS=2"}}})
+		checkPlan(t, n, plan, []wantBind{{gpu: 0, cpus: "2-3"}})
 		if w := plan[0].Why; !strings.Contains(w, "GPU 0 is on GPU 0's local CPUs") || !strings.Contains(w, "no NIC is up") {
 			t.Errorf("Why = %q", w)
 		}
@@ -362,17 +345,16 @@ func TestPlanBindingsHandBuilt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env := []string{"CUDA_VISIBLE_DEVICES=0", "CUDA_DEVICE_ORDER=PCI_BUS_ID"}
 		checkPlan(t, n, plan, []wantBind{
-			{gpu: 0, cpus: "0-1", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=2")},
-			{gpu: 0, cpus: "2", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")},
-			{gpu: 0, cpus: "3", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")},
+			{gpu: 0, cpus: "0-1", mems: []int{0}},
+			{gpu: 0, cpus: "2", mems: []int{0}},
+			{gpu: 0, cpus: "3", mems: []int{0}},
 		})
 		plan, err = PlanBindings(n, BindOptions{LocalRanks: 5, BindTo: BindGPU, Oversubscribed: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkPlan(t, n, plan, repeat(wantBind{gpu: 0, cpus: "0-3", mems: []int{0}, env: append(env, "OMP_NUM_THREADS=1")}, 5))
+		checkPlan(t, n, plan, repeat(wantBind{gpu: 0, cpus: "0-3", mems: []int{0}}, 5))
 		if !strings.Contains(plan[0].Why, "shared by 5 ranks (oversubscribed)") {
 			t.Errorf("Why = %q", plan[0].Why)
 		}
@@ -467,5 +449,35 @@ func TestRestrict(t *testing.T) {
 	}
 	if n.Restrict(NewCPUSet()) != n || n.Restrict(full) != n || n.Restrict(NewCPUSet(4000)) != n {
 		t.Error("an empty, full or foreign set did not return the node itself")
+	}
+}
+
+// Ranks pair with GPUs in PCI bus order, as CUDA numbers them with
+// CUDA_DEVICE_ORDER=PCI_BUS_ID, even where NVML numbers them otherwise.
+func TestBindableGPUsBusOrder(t *testing.T) {
+	t.Parallel()
+	f, err := LoadFakeNVML(os.DirFS("testdata/pcie-4gpu"), "nvml.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.GPUs[1], f.GPUs[2] = f.GPUs[2], f.GPUs[1] // NVML's order: buses 01, 81, 02, c1
+	f.P2PPairs = nil
+	n, err := Discover(os.DirFS("testdata/pcie-4gpu"), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buses []string
+	for _, i := range BindableGPUs(n) {
+		buses = append(buses, n.GPUs[i].BusID)
+	}
+	if got := strings.Join(buses, " "); got != "0000:01:00.0 0000:02:00.0 0000:81:00.0 0000:c1:00.0" {
+		t.Errorf("BindableGPUs in bus order: %s", got)
+	}
+	plan, err := PlanBindings(n, BindOptions{LocalRanks: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan[1].GPU.BusID != "0000:02:00.0" || plan[1].Device != 1 {
+		t.Errorf("local rank 1 got %s as device %d", plan[1].GPU.BusID, plan[1].Device)
 	}
 }

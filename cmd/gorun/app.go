@@ -300,6 +300,10 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
+	gpuBind, err := env.ParseGPUBind(get("gpu-bind"))
+	if err != nil {
+		return launcher.Options{}, usage(err)
+	}
 	switch get("pmix") {
 	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
 	default:
@@ -314,7 +318,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Plugin: plugin, Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
-		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"),
+		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
 		SSH: s.ssh(),
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/topology"
 )
 
 func TestPrintEnv(t *testing.T) {
@@ -197,28 +199,114 @@ func TestConfigFiles(t *testing.T) {
 }
 
 // gorun topo prints a recorded DGX H100-class node as nvidia-smi topo -m
-// does, and this machine's node (CPUs and NUMA nodes; no GPU here) as JSON.
+// does (with NVML's UUIDs, MIG modes and P2P status), and this machine's
+// node (CPUs and NUMA nodes; no GPU here) as JSON, saying why NVML was not
+// used; it records this machine, which then reads back the same.
 func TestTopo(t *testing.T) {
 	t.Parallel()
-	r := runGorun(t, 30*time.Second, nil, "topo", "--root", "../../topology/testdata/dgx-h100", "--nvml", "../../topology/testdata/dgx-h100/nvml.json")
-	for _, w := range []string{"GPU0\t X \tNV18", "GPU3\tNV18\tNV18\tNV18\t X \tNV18\tNV18\tNV18\tNV18\tNODE\tNODE\tNODE\tPIX\tSYS", "NIC7: mlx5_7", "56-111,168-223\t1"} {
+	const dgx = "../../topology/testdata/dgx-h100"
+	r := runGorun(t, 30*time.Second, nil, "topo", "--machine", dgx)
+	for _, w := range []string{"GPU0\t X \tNV18", "GPU3\tNV18\tNV18\tNV18\t X \tNV18\tNV18\tNV18\tNV18\tNODE\tNODE\tNODE\tPIX\tSYS", "NIC7: mlx5_7", "56-111,168-223\t1",
+		"GPU7: NVIDIA GPU 7 at 0000:df:00.0 (0x10de:0x2330), GPU-6b1f0c07-5a1c-4d2e-9b7f-00003e9a0007, 80 GiB, MIG on", "NVIDIA GPUs from NVML.",
+		"P2P read status (as nvidia-smi topo -p2p r)", "GPU7\tOK\tOK\tOK\tOK\tOK\tOK\tOK\t X "} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("topo of the DGX fixture lacks %q:\n%s", w, r.stdout)
 		}
 	}
-	// Placements explained: GPU i, its NUMA node's cores split 4 ways, NIC i.
-	r = runGorun(t, 30*time.Second, nil, "topo", "--root", "../../topology/testdata/dgx-h100", "--nvml", "../../topology/testdata/dgx-h100/nvml.json", "--plan", "8")
-	for _, w := range []string{"dgx-h100 rank 0: GPU 0 GPU-", "CPUs 0-13,112-125 NUMA 0 NIC mlx5_0", "dgx-h100 rank 5: GPU 5", "CPUs 70-83,182-195 NUMA 1 NIC mlx5_5", "shares its PCIe switch (PIX)"} {
+	// The same machine without its NVML answers says so.
+	r = runGorun(t, 30*time.Second, nil, "topo", "--root", dgx)
+	if w := "NVIDIA GPUs from sysfs, not NVML (NVML library (libnvidia-ml.so.1) not found)"; !strings.Contains(r.stdout, w) {
+		t.Errorf("topo of the DGX fixture without NVML lacks %q:\n%s", w, r.stdout)
+	}
+	r = runGorun(t, 30*time.Second, nil, "topo", "--json")
+	var n struct {
+		CPUs       []json.RawMessage `json:"cpus"`
+		NUMANodes  []json.RawMessage `json:"numa_nodes"`
+		NVMLStatus string            `json:"nvml_status"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &n); err != nil || len(n.CPUs) != runtime.NumCPU() || len(n.NUMANodes) == 0 {
+		t.Fatalf("topo --json: %v, %d CPUs (want %d), %d NUMA nodes\n%s", err, len(n.CPUs), runtime.NumCPU(), len(n.NUMANodes), r.stdout[:min(len(r.stdout), 500)])
+	}
+	// This gorun has NVML built in (cgo), as make build's: it looked for
+	// libnvidia-ml, which this machine lacks.
+	if !topology.HasNVML {
+		t.Fatalf("the tests run a gorun without NVML (CGO_ENABLED=0?): the NVML path would go untested")
+	}
+	if n.NVMLStatus != topology.ErrNVMLNotFound.Error() && topology.LocalGPUs() == 0 {
+		t.Errorf("topo --json: nvml_status %q, want %q", n.NVMLStatus, topology.ErrNVMLNotFound)
+	}
+
+	// This machine recorded, then read back: the same matrix.
+	dir := filepath.Join(t.TempDir(), "here")
+	r = runGorun(t, 30*time.Second, nil, "topo", "--record", dir)
+	if r.code != 0 || !strings.Contains(r.stdout, "recorded ") || !strings.Contains(r.stdout, "gorun topo --machine "+dir) {
+		t.Fatalf("topo --record: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	live, rec := runGorun(t, 30*time.Second, nil, "topo"), runGorun(t, 30*time.Second, nil, "topo", "--machine", dir)
+	if live.stdout == "" || rec.stdout != live.stdout {
+		t.Errorf("topo of the recording differs from topo of this machine:\n%s\nlive:\n%s", rec.stdout, live.stdout)
+	}
+	r = runGorun(t, 30*time.Second, nil, "topo", "stray")
+	if r.code != 2 || !strings.Contains(r.stderr, `unexpected argument "stray"`) {
+		t.Errorf("topo stray: exit %d, %s", r.code, r.stderr)
+	}
+}
+
+// gorun topo --plan N --env shows what N ranks would get on a recorded
+// machine, through the same code as the agent: local rank i next to GPU
+// i, every GPU visible, the same CUDA_DEVICE_ORDER on every rank and no
+// NCCL variable; --gpu-bind single, -x (an allocation's list) and
+// --bind-to change it as they would in a job.
+func TestTopoPlan(t *testing.T) {
+	t.Parallel()
+	const dgx = "../../topology/testdata/dgx-h100"
+	plan := func(args ...string) result {
+		t.Helper()
+		r := runGorun(t, 30*time.Second, nil, append([]string{"topo", "--machine", dgx, "--env"}, args...)...)
+		if r.code != 0 {
+			t.Fatalf("topo --plan %v: exit %d\n%s", args, r.code, r.stderr)
+		}
+		return r
+	}
+	r := plan("--plan", "8")
+	for _, w := range []string{"dgx-h100: every rank sees the same 8 GPUs and local rank i uses device i", "no NCCL variable set",
+		"dgx-h100 rank 0: GPU 0 GPU-", "CPUs 0-13,112-125 NUMA 0 NIC mlx5_0", "dgx-h100 rank 5: GPU 5", "CPUs 70-83,182-195 NUMA 1 NIC mlx5_5",
+		"shares its PCIe switch (PIX)", "env: LOCAL_RANK=5 CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_5:1 OMP_NUM_THREADS=28"} {
 		if !strings.Contains(r.stdout, w) {
 			t.Errorf("topo --plan 8 of the DGX fixture lacks %q:\n%s", w, r.stdout)
 		}
 	}
-	r = runGorun(t, 30*time.Second, nil, "topo", "--json")
-	var n struct {
-		CPUs      []json.RawMessage `json:"cpus"`
-		NUMANodes []json.RawMessage `json:"numa_nodes"`
+	if strings.Contains(r.stdout, "NCCL_") || strings.Contains(r.stdout, "CUDA_VISIBLE_DEVICES") {
+		t.Errorf("topo --plan 8 sets NCCL or visibility variables:\n%s", r.stdout)
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &n); err != nil || len(n.CPUs) != runtime.NumCPU() || len(n.NUMANodes) == 0 {
-		t.Fatalf("topo --json: %v, %d CPUs (want %d), %d NUMA nodes\n%s", err, len(n.CPUs), runtime.NumCPU(), len(n.NUMANodes), r.stdout[:min(len(r.stdout), 500)])
+	r = plan("--plan", "2", "--gpu-bind", "single", "-x", "CUDA_VISIBLE_DEVICES=6,1")
+	for _, w := range []string{"dgx-h100 rank 0: GPU 6 GPU-6b1f0c06", "env: LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=GPU-6b1f0c06-5a1c-4d2e-9b7f-00003e9a0006 CUDA_DEVICE_ORDER=PCI_BUS_ID",
+		"dgx-h100 rank 1: GPU 1 GPU-6b1f0c01", "scripts must use device 0"} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("topo --plan 2 --gpu-bind single -x CUDA_VISIBLE_DEVICES=6,1 lacks %q:\n%s", w, r.stdout)
+		}
+	}
+	// MIG instances: not placed on GPUs, passed on whole, or one each.
+	r = plan("--plan", "2", "-x", "CUDA_VISIBLE_DEVICES=MIG-aaaa,MIG-bbbb")
+	if !strings.Contains(r.stdout, "dgx-h100 rank 1: not bound") || !strings.Contains(r.stdout, "names MIG instances, which gorun does not place") ||
+		strings.Contains(r.stdout, "CUDA_VISIBLE_DEVICES=MIG-aaaa ") {
+		t.Errorf("topo --plan 2 with MIG instances:\n%s", r.stdout)
+	}
+	r = plan("--plan", "2", "--gpu-bind", "single", "-x", "CUDA_VISIBLE_DEVICES=MIG-aaaa,MIG-bbbb")
+	if !strings.Contains(r.stdout, "env: LOCAL_RANK=1 CUDA_VISIBLE_DEVICES=MIG-bbbb") {
+		t.Errorf("topo --plan 2 --gpu-bind single with MIG instances:\n%s", r.stdout)
+	}
+	r = plan("--plan", "2", "--bind-to", "numa")
+	if !strings.Contains(r.stdout, "dgx-h100 rank 1: CPUs 56-111,168-223 NUMA 1 NIC mlx5_4") || strings.Contains(r.stdout, "CUDA_") {
+		t.Errorf("topo --plan 2 --bind-to numa:\n%s", r.stdout)
+	}
+	for _, args := range [][]string{
+		{"--plan", "9"}, {"--plan", "2", "--gpu-bind", "closest"}, {"--plan", "2", "--bind-to", "core", "--gpu-bind", "single"}, {"--plan", "2", "-x", "CUDA_VISIBLE_DEVICES"},
+		{"--plan", "2", "-x", "CUDA_VISIBLE_DEVICES=9"}, {"--plan", "1", "--bind-to", "gpu", "-x", "CUDA_VISIBLE_DEVICES=MIG-aaaa"},
+	} {
+		r := runGorun(t, 30*time.Second, nil, append([]string{"topo", "--machine", dgx}, args...)...)
+		if r.code != 2 || r.stderr == "" {
+			t.Errorf("topo %v: exit %d, stderr %q", args, r.code, r.stderr)
+		}
 	}
 }

@@ -26,6 +26,8 @@ _gorun() {
         --hostfile|--machinefile|--summary-json) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --output-filename|--plugin-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --map-by) COMPREPLY=($(compgen -W "slot node ppr:1:node" -- "$cur")); return ;;
+        --bind-to) COMPREPLY=($(compgen -W "gpu core numa package none" -- "$cur")); return ;;
+        --gpu-bind) COMPREPLY=($(compgen -W "all single" -- "$cur")); return ;;
         %s) return ;;
     esac
     if [[ $COMP_CWORD -eq 1 && "$cur" != -* ]]; then
@@ -53,6 +55,10 @@ complete -F _gorun gorun
 					val += "_files -/"
 				case "map-by":
 					val += "(slot node ppr\\:1\\:node)"
+				case "bind-to":
+					val += "(gpu core numa package none)"
+				case "gpu-bind":
+					val += "(all single)"
 				default:
 					val += " "
 				}

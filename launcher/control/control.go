@@ -145,6 +145,7 @@ type Bind struct {
 	Oversubscribed bool   `json:"oversubscribed,omitempty"` // more ranks here than slots: unbound unless To is set
 	Report         bool   `json:"report,omitempty"`         // describe the bindings in Started.Report
 	GPUs           []int  `json:"gpus,omitempty"`           // the host's GPU slots a DeepSpeed --include/--exclude left; nil = all
+	GPUBind        string `json:"gpu_bind,omitempty"`       // all (every GPU visible to every rank; "" too) or single
 }
 
 // PMI describes the job to the agents' PMI-1 and PMIx servers.
