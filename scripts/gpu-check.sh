@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# gpu-check.sh: gorun's GPU paths against a real GPU machine, in one short
+# run. The GPU machine may have no Go and no network, so the binaries are
+# built here first and carried there:
+#
+#   scripts/gpu-check.sh build   # here: gorun (cgo, NVML built in), gorun-static
+#                                # and topology's test binary into .gpu-check/
+#   scripts/gpu-check.sh run     # there, from the repository's root
+#
+# (with the device tool: run "scripts/gpu-check.sh run" with carry
+# [".gpu-check"]). It writes into $OUT (else ./gpu-check-out):
+# gpu-check.log, everything below, and fixture.tar.gz, the machine
+# recorded as a topology fixture (gorun topo --record) for
+# topology/testdata/. It checks, printing PASS or FAIL for each:
+#   1. nvidia-smi topo -m beside gorun topo (NVML must be used: UUIDs,
+#      NVLinks, P2P), and gorun topo --json;
+#   2. gorun -np <GPUs> --report-bindings, each rank probing from inside
+#      (scripts/gpu_probe.py: CUDA's devices through the driver, device
+#      LOCAL_RANK is GPU LOCAL_RANK in PCI bus order, CPUs and memory policy
+#      on that GPU's NUMA node, no NCCL variable of gorun's); then the same
+#      with --gpu-bind single; with one GPU, also two ranks sharing it;
+#   3. torch.cuda.set_device(LOCAL_RANK) and an NCCL all-reduce
+#      (examples/torch/nccl_check.py), where torch with CUDA is installed;
+#   4. topology's Go tests that use the real NVML;
+#   5. the recording read back (gorun topo --machine) matches gorun topo;
+#   6. the cost of NVML: gorun topo's time, and gorun -np <GPUs> true.
+# On a machine without GPUs it runs what it can and says so. Exit status:
+# 0 when every check passed, 1 otherwise.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=.gpu-check
+
+build() {
+  set -e
+  mkdir -p "$BIN"
+  CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go build -o "$BIN/gorun" ./cmd/gorun
+  CGO_ENABLED=0 go build -o "$BIN/gorun-static" ./cmd/gorun
+  CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go test -c -o "$BIN/topology.test" ./topology
+  echo "built $(ls "$BIN" | tr '\n' ' ')into $BIN: now run scripts/gpu-check.sh run there, carrying $BIN"
+}
+
+case "${1:-run}" in
+build) build; exit ;;
+run) ;;
+*) echo "usage: $0 build|run" >&2; exit 2 ;;
+esac
+
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu-check.log") 2>&1
+fails=0
+pass() { echo "PASS: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+step() { printf '\n==== %s\n' "$*"; }
+
+step "machine"
+date -u; uname -a; grep -m1 'model name' /proc/cpuinfo; nproc
+ldd --version 2>&1 | head -1
+GORUN=$PWD/$BIN/gorun
+if ! "$GORUN" --version >/dev/null 2>&1; then
+  echo "the cgo gorun does not start here ($("$GORUN" --version 2>&1 | head -1)); using gorun-static, without NVML"
+  fail "cgo gorun runs here"
+  GORUN=$PWD/$BIN/gorun-static
+fi
+"$GORUN" --version
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi -L
+  nvidia-smi --query-gpu=index,pci.bus_id,name,driver_version,persistence_mode,mig.mode.current --format=csv
+else
+  echo "no nvidia-smi here"
+fi
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+echo "GPUs: $GPUS"
+
+step "1. nvidia-smi topo -m beside gorun topo"
+if [ "$GPUS" -gt 0 ]; then
+  nvidia-smi topo -m
+  echo "--- nvidia-smi topo -p2p r"
+  nvidia-smi topo -p2p r
+fi
+echo "--- gorun topo"
+"$GORUN" topo | tee "$OUT/topo.txt"
+"$GORUN" topo --json >"$OUT/topo.json"
+if [ "$GPUS" -gt 0 ]; then
+  if grep -q '"gpu_source": "nvml"' "$OUT/topo.json"; then pass "gorun topo uses NVML"; else fail "gorun topo uses NVML ($(grep nvml_status "$OUT/topo.json"))"; fi
+  got=$(grep -c '"uuid": "GPU-' "$OUT/topo.json")
+  if [ "$got" -eq "$GPUS" ]; then pass "gorun topo has $GPUS UUIDs"; else fail "gorun topo has $got UUIDs, nvidia-smi $GPUS GPUs"; fi
+  for u in $(nvidia-smi --query-gpu=uuid --format=csv,noheader); do
+    grep -q "$u" "$OUT/topo.json" || fail "gorun topo lacks $u"
+  done
+fi
+
+# The head's own NCCL variables, which the probe compares with each rank's.
+GPU_CHECK_NCCL=$(env | grep '^NCCL_' | sort | sed 's/$/;/' | tr -d '\n')
+export GPU_CHECK_NCCL
+probe() { # probe MODE GORUN-ARGS...: each rank checks itself
+  local mode=$1; shift
+  echo "--- gorun $* --report-bindings python3 scripts/gpu_probe.py $mode"
+  if "$GORUN" "$@" --report-bindings --tag-output python3 scripts/gpu_probe.py "$mode"; then
+    pass "gorun $* ($mode): every rank checked itself"
+  else
+    fail "gorun $* ($mode): exit $?"
+  fi
+}
+
+step "2. bindings, from inside each rank"
+if [ "$GPUS" -gt 0 ] && command -v python3 >/dev/null; then
+  probe all -np "$GPUS"
+  probe single -np "$GPUS" --gpu-bind single
+  if [ "$GPUS" -eq 1 ]; then
+    # One GPU: two ranks share it (oversubscribed); rank 1's device 1
+    # does not exist, as under torchrun, so only the binding is shown.
+    "$GORUN" -np 2 --oversubscribe --bind-to gpu --report-bindings --tag-output \
+      sh -c 'echo "local $LOCAL_RANK CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} $(grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status | tr "\t\n" "  ")"' ||
+      fail "two ranks on one GPU"
+  fi
+  echo "--- --print-env 0"
+  "$GORUN" -np "$GPUS" --print-env 0 true | grep -E '^(CUDA|NCCL|UCX|OMP|LOCAL_RANK|ROCR|ZE_)' || true
+else
+  echo "no GPU (or no python3): bindings as this machine makes them"
+  "$GORUN" -np 2 --report-bindings --tag-output sh -c 'echo "local $LOCAL_RANK $(grep Cpus_allowed_list /proc/self/status)"' ||
+    fail "gorun -np 2"
+fi
+
+step "3. torch: set_device(LOCAL_RANK), NCCL all-reduce"
+PY=python3
+[ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import torch' 2>/dev/null && PY=/usr/bin/python3
+if [ "$GPUS" -gt 0 ] && $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.distributed.is_nccl_available() else 1)' 2>/dev/null; then
+  $PY -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", torch.cuda.nccl.version())'
+  if "$GORUN" -np "$GPUS" --tag-output $PY examples/torch/nccl_check.py; then
+    pass "torch NCCL all-reduce on $GPUS ranks, device LOCAL_RANK each"
+  else
+    fail "torch NCCL all-reduce on $GPUS ranks"
+  fi
+  if [ "$GPUS" -gt 1 ]; then
+    echo "--- the same with --gpu-bind single: LOCAL_RANK scripts fail on ranks > 0, as expected"
+    "$GORUN" -np "$GPUS" --gpu-bind single --tag-output $PY examples/torch/nccl_check.py && fail "--gpu-bind single with a LOCAL_RANK script did not fail"
+  fi
+else
+  echo "no torch with CUDA and NCCL here: skipped"
+fi
+
+step "4. topology's Go tests with the real NVML"
+if (cd topology && "../$BIN/topology.test" -test.v -test.run 'TestRealNVMLFallback|TestNVMLBuild|TestRecord' 2>&1 | tail -20); then
+  pass "topology tests"
+else
+  fail "topology tests"
+fi
+
+step "5. the machine recorded, and read back"
+host=$(hostname -s 2>/dev/null || echo gpu)
+fixture=gpu-$(echo "$host" | tr -c 'a-zA-Z0-9-\n' '-')
+tmp=$(mktemp -d)
+if "$GORUN" topo --record "$tmp/$fixture"; then
+  "$GORUN" topo --machine "$tmp/$fixture" >"$tmp/back.txt"
+  if cmp -s "$tmp/back.txt" "$OUT/topo.txt"; then pass "the recording reads back as gorun topo"; else
+    fail "the recording reads back differently"; diff "$OUT/topo.txt" "$tmp/back.txt" | head -20
+  fi
+  "$GORUN" topo --machine "$tmp/$fixture" --plan "$((GPUS > 0 ? GPUS : 2))" --env
+  tar -C "$tmp" -czf "$OUT/fixture.tar.gz" "$fixture" && echo "fixture: $OUT/fixture.tar.gz ($fixture)"
+else
+  fail "gorun topo --record"
+fi
+rm -rf "$tmp"
+
+step "6. the cost of NVML"
+for i in 1 2 3; do /usr/bin/time -f "gorun topo: %e s" "$GORUN" topo >/dev/null; done
+for i in 1 2 3; do /usr/bin/time -f "gorun -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$GORUN" -np "$((GPUS > 0 ? GPUS : 2))" true; done
+for i in 1 2 3; do /usr/bin/time -f "gorun-static -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$BIN/gorun-static" -np "$((GPUS > 0 ? GPUS : 2))" true; done
+
+step "summary"
+if [ "$fails" -eq 0 ]; then echo "every check passed"; else echo "$fails check(s) FAILED"; fi
+[ "$fails" -eq 0 ]
