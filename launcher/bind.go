@@ -67,16 +67,50 @@ func bindArgv(b *topology.RankBinding, path string, argv []string) (string, []st
 	return self, append([]string{self, BindExecCommand, cpus, mems, path}, argv...)
 }
 
-var (
-	nodeOnce sync.Once
-	nodeInfo *topology.Node
-	nodeErr  error
-)
+// localNodes caches this host's discovery, once per agent for each of
+// the two kinds.
+var localNodes [2]struct {
+	once sync.Once
+	node *topology.Node
+	err  error
+}
 
-// localNode discovers this host once per agent.
-func localNode() (*topology.Node, error) {
-	nodeOnce.Do(func() { nodeInfo, nodeErr = topology.DiscoverLocal() })
-	return nodeInfo, nodeErr
+// localNode discovers this host: from sysfs alone, or with NVML too. The
+// binding itself needs sysfs only (the GPUs' PCI bus order, NUMA nodes and
+// CPUs); NVML adds UUIDs, MIG modes and NVLinks, and costs its Init,
+// which takes a second or more on a node whose driver is not kept loaded
+// (no persistence mode), so a launch asks for it only where it needs it.
+func localNode(withNVML bool) (*topology.Node, error) {
+	k := 0
+	if withNVML {
+		k = 1
+	}
+	c := &localNodes[k]
+	c.once.Do(func() {
+		var lib topology.NVML
+		if withNVML {
+			lib = topology.NewNVML()
+		}
+		c.node, c.err = topology.Discover(os.DirFS("/"), lib)
+	})
+	return c.node, c.err
+}
+
+// needsNVML says whether binding the ranks of a launch needs NVML's
+// answers: for --report-bindings (UUIDs, MIG), for --gpu-bind single
+// (each rank's GPU by UUID, which holds whatever CUDA_DEVICE_ORDER says),
+// and to find GPUs that the ranks' environment names by UUID.
+func needsNVML(l control.Launch, environ []string) bool {
+	if b, _ := env.ParseGPUBind(l.Bind.GPUBind); l.Bind.Report || b == env.GPUBindSingle {
+		return true
+	}
+	for _, kv := range environ {
+		name, v, _ := strings.Cut(kv, "=")
+		if name == env.CUDAVisibleDevices && strings.Contains(v, "GPU-") {
+			return true
+		}
+	}
+	return false
 }
 
 // topoSummary is a one-line description of a node, for comparing hosts:
@@ -132,7 +166,7 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 		hints, _ = env.Bindings(plan, o)
 		return plan, hints, "", "", nil
 	}
-	n, err := localNode()
+	n, err := localNode(needsNVML(l, all))
 	if err != nil {
 		return nil, nil, "", "", fmt.Errorf("discover the node: %w", err)
 	}

@@ -128,3 +128,28 @@ func TestUnboundBindings(t *testing.T) {
 		t.Errorf("--gpu-bind closest: %v", err)
 	}
 }
+
+// A launch loads NVML only where its answers change the ranks' bindings
+// or the report: NVML's Init can take seconds on a node without
+// persistence mode.
+func TestNeedsNVML(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		bind control.Bind
+		env  []string
+		want bool
+	}{
+		{control.Bind{}, nil, false},
+		{control.Bind{}, []string{"CUDA_VISIBLE_DEVICES=0,1"}, false},
+		{control.Bind{}, []string{"CUDA_VISIBLE_DEVICES=GPU-6b1f0c00,GPU-6b1f0c01"}, true},
+		{control.Bind{}, []string{"CUDA_VISIBLE_DEVICES=MIG-aaaa"}, false},
+		{control.Bind{Report: true}, nil, true},
+		{control.Bind{GPUBind: "single"}, nil, true},
+		{control.Bind{GPUBind: "all"}, []string{"NVIDIA_VISIBLE_DEVICES=GPU-1"}, false},
+	}
+	for _, tt := range tests {
+		if got := needsNVML(control.Launch{Bind: tt.bind}, tt.env); got != tt.want {
+			t.Errorf("needsNVML(%+v, %v) = %v, want %v", tt.bind, tt.env, got, tt.want)
+		}
+	}
+}

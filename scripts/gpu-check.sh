@@ -23,7 +23,8 @@
 #      (examples/torch/nccl_check.py), where torch with CUDA is installed;
 #   4. topology's Go tests that use the real NVML;
 #   5. the recording read back (gorun topo --machine) matches gorun topo;
-#   6. the cost of NVML: gorun topo's time, and gorun -np <GPUs> true.
+#   6. the cost of NVML: gorun topo's time, and gorun -np <GPUs> true with
+#      and without NVML on the launch path, and with the static build.
 # On a machine without GPUs it runs what it can and says so. Exit status:
 # 0 when every check passed, 1 otherwise.
 set -uo pipefail
@@ -165,7 +166,10 @@ rm -rf "$tmp"
 
 step "6. the cost of NVML"
 for i in 1 2 3; do /usr/bin/time -f "gorun topo: %e s" "$GORUN" topo >/dev/null; done
+# A launch reads sysfs only, unless it needs NVML (--report-bindings,
+# --gpu-bind single, UUIDs in CUDA_VISIBLE_DEVICES).
 for i in 1 2 3; do /usr/bin/time -f "gorun -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$GORUN" -np "$((GPUS > 0 ? GPUS : 2))" true; done
+for i in 1 2 3; do /usr/bin/time -f "gorun -np $((GPUS > 0 ? GPUS : 2)) --gpu-bind single true (NVML): %e s" "$GORUN" -np "$((GPUS > 0 ? GPUS : 2))" --gpu-bind single true; done
 for i in 1 2 3; do /usr/bin/time -f "gorun-static -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$BIN/gorun-static" -np "$((GPUS > 0 ? GPUS : 2))" true; done
 
 step "summary"
