@@ -2,14 +2,27 @@
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
+# 1 where Go finds its C compiler (as `go build` itself decides), else 0.
+CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
+# Go's default C flags, less the warnings about the NVML functions that
+# go-nvml wraps and NVIDIA has deprecated (a screenful on a fresh build),
+# for the cgo builds that link go-nvml: gorun, gorun-pmix and the fabric
+# plugin.
+NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
 .PHONY: build plugins install-plugins run test check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins clean
 
-# gorun is static (no cgo); gorun-pmix, its PMIx plugin for Open MPI
-# programs, links libpmix (libpmix-dev) and sits next to it.
+# gorun is built with cgo, so that it has NVML (go-nvml dlopens
+# libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
+# glibc dynamically; gorun-static next to it (no cgo) is what gorun copies
+# to hosts whose glibc is older than gorun needs. Without a C compiler,
+# gorun is a static build too, without NVML. gorun-pmix, the PMIx plugin
+# for Open MPI programs, links libpmix (libpmix-dev) and sits next to them.
 build: plugins
-	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
-	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o gorun-pmix ./plugins/pmix; \
+	@if [ "$(CGO)" = 0 ]; then echo "note: no C compiler ($$($(GO) env CC)): gorun built without cgo, so without NVML"; fi
+	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o gorun-static ./cmd/gorun
+	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o gorun-pmix ./plugins/pmix; \
 	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
 # The shipped transport and collective plugins, into lib/gorun/plugins
@@ -20,7 +33,7 @@ plugins:
 	@mkdir -p $(PLUGIN_DIR)
 	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-tcpexample ./plugins/tcpexample
 	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-collexample ./plugins/collexample
-	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
+	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
 	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
 
 # Where every user's gorun finds them without --plugin-dir.
@@ -35,6 +48,7 @@ run: build
 # The whole test suite, on a fresh Debian 12 machine as root.
 test: check
 	$(GO) test -race -count=1 -timeout 15m ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./topology ./env   # the static build: NVML absent, and saying why
 
 check:
 	./scripts/test-deps.sh
@@ -73,4 +87,4 @@ bench-plugins: build
 	./bench/plugins.sh
 
 clean:
-	rm -rf gorun gorun-pmix lib bench/.bin bench/results
+	rm -rf gorun gorun-static gorun-pmix lib bench/.bin bench/results

@@ -3,6 +3,7 @@ package launcher
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/ssh"
 	sshagent "golang.org/x/crypto/ssh/agent"
@@ -57,10 +59,29 @@ var _ Starter = (*SSHStarter)(nil)
 // errNotThere means no executable gorun was at the path on the host.
 var errNotThere = errors.New("not there")
 
+// StaticBinary is the name of the static build of gorun (CGO_ENABLED=0)
+// that `make build` puts next to gorun, its cgo build. Where a host's
+// glibc is too old for the cgo build, gorun stages this one there instead.
+const StaticBinary = "gorun-static"
+
+// glibcRefusedError means that glibc's dynamic loader on a host refused to
+// start gorun because the host's C library lacks a symbol version gorun
+// was linked against.
+type glibcRefusedError struct {
+	version string // as the loader said it, such as "2.34"
+}
+
+func (e *glibcRefusedError) Error() string {
+	return "its dynamic loader found no GLIBC_" + e.version
+}
+
 // StartAgent connects to host and starts `gorun agent` there: at the
 // head's own path when the gorun there is this very build (its build id
 // comes in the agent's preamble, so nothing is hashed on the fast path),
-// else from a copy that gorun stages over the same connection.
+// else from a copy that gorun stages over the same connection. Where the
+// host's glibc is too old for this gorun (a cgo build), as the staging
+// probe or the host's dynamic loader tells, it stages StaticBinary from
+// next to gorun's own executable instead, and says so.
 func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
 	c, err := s.Dialer.Dial(ctx, host.Name, host.User, host.Port)
 	if err != nil {
@@ -71,47 +92,133 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 	if err == nil && id == mine {
 		return a, nil
 	}
-	if err != nil && !errors.Is(err, errNotThere) {
+	var refused *glibcRefusedError
+	if err != nil && !errors.Is(err, errNotThere) && !errors.As(err, &refused) {
 		c.Close()
 		return nil, err
 	}
 	why := fmt.Sprintf("%s is not there", s.Exe)
-	if a != nil {
+	switch {
+	case a != nil:
 		a.sess.Close() // another build: its agent sees EOF and leaves
 		why = fmt.Sprintf("the gorun at %s there is another build (%s, this is %s)", s.Exe, id, mine)
+	case refused != nil:
+		why = fmt.Sprintf("the gorun at %s cannot start there: %v", s.Exe, refused)
 	}
 	if !s.Stage {
 		c.Close()
+		if refused != nil {
+			return nil, fmt.Errorf("%s: %s (its glibc is too old for that gorun); without --no-stage gorun copies itself, or %s, there", host.Name, why, StaticBinary)
+		}
 		return nil, fmt.Errorf("%s: %w: %s (no shared file system?); without --no-stage gorun copies itself", host.Name, ErrGorunMissing, why)
 	}
+	a, err = s.stageAndStart(ctx, c, host, mine, why, refused)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// stageAndStart copies gorun to the host of c (sshclient.Stage) and starts
+// its agent there, mine being gorun's build id and why the reason, for the
+// log. Where the host's glibc is too old for gorun, as Stage finds or as
+// the host's dynamic loader says (refused, at the head's path, or at the
+// copy), it goes on with startStatic.
+func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host hostfile.Host, mine, why string, refused *glibcRefusedError) (*sshAgent, error) {
 	src := s.Source
 	if src == "" {
 		src = s.Exe
 	}
 	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
-	var extra []string
-	with := ""
-	if s.pmixPlugin != "" {
-		extra = []string{s.pmixPlugin}
-		with = " (with " + pmixbridge.Binary + " next to it)"
+	path, staged, err := sshclient.Stage(ctx, c, src, s.Exe, s.extra()...)
+	var ge *sshclient.GlibcError
+	if errors.As(err, &ge) {
+		if refused != nil {
+			ge.Missing = refused.version
+		}
+		return s.startStatic(ctx, c, host, ge)
 	}
-	path, _, err := sshclient.Stage(ctx, c, src, s.Exe, extra...)
 	if err != nil {
-		c.Close()
 		return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
 	}
-	if s.Log != nil {
-		s.Log("%s: %s; using a copy in %s%s", host.Name, why, path, with)
+	if refused != nil && !staged {
+		// The very file that the loader refused: no need to try it again.
+		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
 	}
-	a, id, err = s.startOn(c, host, path)
+	a, id, err := s.startOn(c, host, path)
+	if errors.As(err, &refused) {
+		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
+	}
 	if err == nil && id != mine {
 		err = fmt.Errorf("the copy of gorun at %s reports build %s, not %s", path, id, mine)
 	}
 	if err != nil {
-		c.Close()
 		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
+	if s.Log != nil {
+		s.Log("%s: %s; using a copy in %s%s", host.Name, why, path, s.with())
+	}
 	return a, nil
+}
+
+// refusedGlibc is the GlibcError of a host whose dynamic loader refused
+// gorun (its glibc version unknown here), src being gorun's binary.
+func refusedGlibc(src string, refused *glibcRefusedError) *sshclient.GlibcError {
+	need, _, err := sshclient.GlibcNeeds(src)
+	if err != nil || need == "" {
+		need = refused.version
+	}
+	return &sshclient.GlibcError{Need: need, Missing: refused.version}
+}
+
+// startStatic stages StaticBinary, the static build of gorun next to
+// gorun's own executable, to the host of c, whose glibc ge says is too
+// old for gorun, starts its agent there and says so in one line. Without
+// a StaticBinary, the error says how to make one.
+func (s *SSHStarter) startStatic(ctx context.Context, c *ssh.Client, host hostfile.Host, ge *sshclient.GlibcError) (*sshAgent, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v, and gorun cannot find its own binary to look for %s next to it: %w", host.Name, ge, StaticBinary, err)
+	}
+	static := filepath.Join(filepath.Dir(self), StaticBinary)
+	if st, err := os.Stat(static); errors.Is(err, fs.ErrNotExist) || err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %v, and there is no %s to use instead: `make build` makes one next to gorun, or run CGO_ENABLED=0 go build -o %s ./cmd/gorun",
+			host.Name, ge, static, static)
+	} else if err != nil {
+		return nil, fmt.Errorf("%s: %v, and %s cannot be used instead: %w", host.Name, ge, static, err)
+	}
+	path, _, err := sshclient.Stage(ctx, c, static, s.Exe, s.extra()...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v; copy %s there: %w", host.Name, ge, StaticBinary, err)
+	}
+	a, id, err := s.startOn(c, host, path)
+	if want := fileBuildID(static); err == nil && id != want {
+		err = fmt.Errorf("the copy of %s at %s reports build %s, not %s", StaticBinary, path, id, want)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v; start gorun agent from %s: %w", host.Name, ge, StaticBinary, err)
+	}
+	if s.Log != nil {
+		s.Log("%s: %v: using %s, a copy in %s%s", host.Name, ge, StaticBinary, path, s.with())
+	}
+	return a, nil
+}
+
+// extra returns the files to stage next to gorun (see pmixToStage).
+func (s *SSHStarter) extra() []string {
+	if s.pmixPlugin == "" {
+		return nil
+	}
+	return []string{s.pmixPlugin}
+}
+
+// with says, for the log, what was staged next to gorun.
+func (s *SSHStarter) with() string {
+	if s.pmixPlugin == "" {
+		return ""
+	}
+	return " (with " + pmixbridge.Binary + " next to it)"
 }
 
 // pmixToStage returns the gorun-pmix plugin to stage along with the gorun
@@ -180,6 +287,11 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 		return nil, "", fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
 	a := &sshAgent{c: c, sess: sess, in: in}
+	// Until the preamble comes, a line of glibc's dynamic loader refusing
+	// gorun is kept for the error, not shown: the caller says it in its
+	// own words (the host's glibc is too old) and falls back.
+	var started atomic.Bool
+	var missing string
 	a.relay.Add(1)
 	go func() {
 		defer a.relay.Done()
@@ -187,6 +299,12 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
+			if !started.Load() {
+				if v, ok := sshclient.MissingGlibc(line); ok {
+					missing = cmp.Or(missing, v)
+					continue
+				}
+			}
 			if !strings.HasPrefix(line, "gorun") {
 				line = "gorun: " + host.Name + ": " + line
 			}
@@ -198,12 +316,16 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 	if err != nil {
 		werr := sess.Wait()
 		a.relay.Wait()
+		if missing != "" {
+			return nil, "", &glibcRefusedError{version: missing}
+		}
 		var ee *ssh.ExitError
 		if errors.As(werr, &ee) && ee.ExitStatus() == 127 {
 			return nil, "", errNotThere
 		}
 		return nil, "", fmt.Errorf("%s: gorun agent did not start (%v; it printed %q)", host.Name, err, clip(garbage, 200))
 	}
+	started.Store(true)
 	replay := append(append(garbage, control.Preamble+" "+id+"\n"...), r.Buffered()...)
 	a.out = io.MultiReader(bytes.NewReader(replay), out)
 	return a, id, nil

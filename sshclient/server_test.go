@@ -49,6 +49,8 @@ type testServer struct {
 	execMu sync.Mutex
 	execs  []string
 
+	pathFirst string // a directory before $PATH in sessions
+
 	connMu sync.Mutex
 	conns  []net.Conn
 	wg     sync.WaitGroup
@@ -59,8 +61,9 @@ type serverOpt func(*testServer)
 func withHandshakeDelay(d time.Duration) serverOpt {
 	return func(s *testServer) { s.handshakeDelay = d }
 }
-func withListen(a string) serverOpt { return func(s *testServer) { s.listen = a } }
-func withDropFirst(n int) serverOpt { return func(s *testServer) { s.dropFirst.Store(int32(n)) } }
+func withListen(a string) serverOpt      { return func(s *testServer) { s.listen = a } }
+func withPathFirst(dir string) serverOpt { return func(s *testServer) { s.pathFirst = dir } }
+func withDropFirst(n int) serverOpt      { return func(s *testServer) { s.dropFirst.Store(int32(n)) } }
 func withHostKeys(k ...ssh.Signer) serverOpt {
 	return func(s *testServer) { s.hostKeys = k }
 }
@@ -235,7 +238,11 @@ func (s *testServer) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		s.execs = append(s.execs, p.Command)
 		s.execMu.Unlock()
 		cmd := exec.Command("/bin/sh", "-c", p.Command)
-		cmd.Env = []string{"HOME=" + s.home, "PATH=" + os.Getenv("PATH")}
+		path := os.Getenv("PATH")
+		if s.pathFirst != "" {
+			path = s.pathFirst + ":" + path
+		}
+		cmd.Env = []string{"HOME=" + s.home, "PATH=" + path}
 		cmd.Dir = s.home
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = ch, ch, ch.Stderr()
 		cmd.WaitDelay = 10 * time.Second

@@ -87,6 +87,14 @@ echo "home $HOME"
 echo "uname $(uname -s) $(uname -m)"
 `
 
+// probeGlibc is the probe's part for a binary linked against glibc
+// (GlibcNeeds): it prints "libc" and getconf's answer ("libc glibc 2.36";
+// nothing where getconf does not know GNU_LIBC_VERSION, as on musl) and
+// "noloader" when the binary's dynamic loader (%s, quoted) is not there.
+const probeGlibc = `v=$(getconf GNU_LIBC_VERSION 2>/dev/null) && echo "libc $v"
+if [ ! -e %s ]; then echo noloader; fi
+`
+
 // probeExtra is the probe's line for extra file I (its name is checked by
 // stageName, so it needs no quoting).
 const probeExtra = `e="$HOME/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(h "$e") $x"; fi
@@ -166,7 +174,12 @@ func goPlatform(osName, machine string) (string, string) {
 }
 
 // Stage makes sure the remote host of c can run the gorun binary localExe
-// (the head's own executable). If wantPath exists there, is executable and
+// (the head's own executable). If localExe is linked against glibc (a cgo
+// build) and the host's glibc, as `getconf GNU_LIBC_VERSION` tells it, is
+// older than localExe needs, or the host lacks its dynamic loader, Stage
+// copies nothing and returns a *HostError wrapping a *GlibcError: the
+// caller may stage a static build instead. (Where getconf does not tell,
+// Stage goes on.) If wantPath exists there, is executable and
 // has localExe's sha256, Stage returns wantPath, false. Otherwise it copies
 // localExe over c into ~/.cache/gorun/bin/<first 16 hex of its sha256>/gorun
 // (the remote $HOME; the copy is skipped when that file already has the
@@ -192,7 +205,14 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	}
 	short := sum[:16]
 	extras := make([]stagedFile, len(extra))
+	needGlibc, loader, err := GlibcNeeds(localExe)
+	if err != nil {
+		return fail("%v", err)
+	}
 	probe := fmt.Sprintf(probeScript, shQuote(wantPath), short)
+	if needGlibc != "" && loader != "" {
+		probe += fmt.Sprintf(probeGlibc, shQuote(loader))
+	}
 	for i, p := range extra {
 		name, err := stageName(p, extra[:i])
 		if err != nil {
@@ -205,7 +225,8 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	if err != nil {
 		return fail("checking %s: %v", wantPath, err)
 	}
-	var wantSum, cacheSum, home, unameOS, unameArch string
+	var wantSum, cacheSum, home, unameOS, unameArch, haveGlibc string
+	noLoader := false
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 {
@@ -226,6 +247,10 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 			if len(f) > 2 {
 				unameOS, unameArch = f[1], f[2]
 			}
+		case "libc":
+			haveGlibc = glibcVersion(strings.TrimPrefix(line, "libc "))
+		case "noloader":
+			noLoader = true
 		case "extra":
 			if len(f) > 3 {
 				if i, err := strconv.Atoi(f[1]); err == nil && i >= 0 && i < len(extras) {
@@ -233,6 +258,15 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 				}
 			}
 		}
+	}
+	goos, goarch := goPlatform(unameOS, unameArch)
+	otherPlatform := goos != "" && goarch != "" && (goos != runtime.GOOS || goarch != runtime.GOARCH)
+	if needGlibc != "" && !otherPlatform && (noLoader || OlderGlibc(haveGlibc, needGlibc)) {
+		ge := &GlibcError{Need: needGlibc, Have: haveGlibc}
+		if noLoader {
+			ge.Loader = loader
+		}
+		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", ge), "")
 	}
 	if wantSum == sum {
 		return wantPath, false, nil
@@ -258,8 +292,7 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 		e.exec = st.Mode().Perm()&0o111 != 0
 	}
 	if cacheSum != sum {
-		if goos, goarch := goPlatform(unameOS, unameArch); goos != "" && goarch != "" &&
-			(goos != runtime.GOOS || goarch != runtime.GOARCH) {
+		if otherPlatform {
 			return "", false, hostErr(host, Other,
 				fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", goos, goarch, runtime.GOOS, runtime.GOARCH),
 				fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))

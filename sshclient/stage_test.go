@@ -17,17 +17,22 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// stageSetup returns a client of a fresh server and a local "executable".
-func stageSetup(t *testing.T) (*testServer, *ssh.Client, string, []byte) {
+// stageClient returns a fresh server made with opts and a client of it.
+func stageClient(t *testing.T, opts ...serverOpt) (*testServer, *ssh.Client) {
 	t.Helper()
 	key := newKey(t)
-	s := newTestServer(t, []ssh.PublicKey{pubOf(t, key)})
+	s := newTestServer(t, []ssh.PublicKey{pubOf(t, key)}, opts...)
 	e := newEnv(t)
 	writeKey(t, filepath.Join(e.home, ".ssh", "id_ed25519"), key, "")
 	e.writeConfig(hostBlock("node1", s))
 	e.addKnown([]string{addr("127.0.0.1", s.port)}, s.hostKey())
-	c := dialOK(t, e.dialer(Options{}), "node1")
+	return s, dialOK(t, e.dialer(Options{}), "node1")
+}
 
+// stageSetup returns a client of a fresh server and a local "executable".
+func stageSetup(t *testing.T) (*testServer, *ssh.Client, string, []byte) {
+	t.Helper()
+	s, c := stageClient(t)
 	content := make([]byte, 300<<10)
 	if _, err := rand.Read(content); err != nil {
 		t.Fatal(err)

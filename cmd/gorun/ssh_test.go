@@ -59,7 +59,8 @@ func sharedCluster(t *testing.T) *testhosts.Cluster {
 
 // downCluster is called by TestMain after the tests.
 // buildShared builds gorun into a directory every host (SSH or Slurm
-// node) sees, once.
+// node) sees, once: with cgo, as `make build` does, so that the tests run
+// the dynamically linked gorun that users run.
 func buildShared() error {
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("/var/tmp", "gorun-test-"); binErr != nil {
@@ -67,11 +68,19 @@ func buildShared() error {
 		}
 		os.Chmod(binDir, 0o755)
 		gorunBin = filepath.Join(binDir, "gorun")
-		if out, err := exec.Command("go", "build", "-o", gorunBin, ".").CombinedOutput(); err != nil {
-			binErr = fmt.Errorf("build gorun: %v\n%s", err, out)
-		}
+		binErr = goBuild(gorunBin, "1")
 	})
 	return binErr
+}
+
+// goBuild builds gorun into out with CGO_ENABLED=cgo.
+func goBuild(out, cgo string) error {
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build gorun (CGO_ENABLED=%s): %v\n%s", cgo, err, b)
+	}
+	return nil
 }
 
 var (
