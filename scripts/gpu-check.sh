@@ -7,6 +7,7 @@
 #                                # and topology's test binary into .gpu-check/
 #   scripts/gpu-check.sh run     # there, from the repository's root
 #
+# GPU_CHECK_BIN names another directory for the binaries (absolute).
 # (with the device tool: run "scripts/gpu-check.sh run" with carry
 # [".gpu-check"]). It writes into $OUT (else ./gpu-check-out):
 # gpu-check.log, everything below, and fixture.tar.gz, the machine
@@ -29,14 +30,14 @@
 # 0 when every check passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=.gpu-check
+BIN=${GPU_CHECK_BIN:-$PWD/.gpu-check} # the built binaries (an absolute path)
 
 build() {
   set -e
   mkdir -p "$BIN"
-  CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go build -o "$BIN/gorun" ./cmd/gorun
+  CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -o "$BIN/gorun" ./cmd/gorun
   CGO_ENABLED=0 go build -o "$BIN/gorun-static" ./cmd/gorun
-  CGO_ENABLED=1 CGO_CFLAGS="-O2 -Wno-deprecated-declarations" go test -c -o "$BIN/topology.test" ./topology
+  CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go test -c -o "$BIN/topology.test" ./topology
   echo "built $(ls "$BIN" | tr '\n' ' ')into $BIN: now run scripts/gpu-check.sh run there, carrying $BIN"
 }
 
@@ -57,11 +58,11 @@ step() { printf '\n==== %s\n' "$*"; }
 step "machine"
 date -u; uname -a; grep -m1 'model name' /proc/cpuinfo; nproc
 ldd --version 2>&1 | head -1
-GORUN=$PWD/$BIN/gorun
+GORUN=$BIN/gorun
 if ! "$GORUN" --version >/dev/null 2>&1; then
   echo "the cgo gorun does not start here ($("$GORUN" --version 2>&1 | head -1)); using gorun-static, without NVML"
   fail "cgo gorun runs here"
-  GORUN=$PWD/$BIN/gorun-static
+  GORUN=$BIN/gorun-static
 fi
 "$GORUN" --version
 if command -v nvidia-smi >/dev/null; then
@@ -142,7 +143,7 @@ else
 fi
 
 step "4. topology's Go tests with the real NVML"
-if (cd topology && "../$BIN/topology.test" -test.v -test.run 'TestRealNVMLFallback|TestNVMLBuild|TestRecord' 2>&1 | tail -20); then
+if (cd topology && "$BIN/topology.test" -test.v -test.run 'TestRealNVMLFallback|TestNVMLBuild|TestRecord' 2>&1 | tail -20); then
   pass "topology tests"
 else
   fail "topology tests"
@@ -165,12 +166,17 @@ fi
 rm -rf "$tmp"
 
 step "6. the cost of NVML"
-for i in 1 2 3; do /usr/bin/time -f "gorun topo: %e s" "$GORUN" topo >/dev/null; done
+N=$((GPUS > 0 ? GPUS : 2))
+timed() { # timed LABEL COMMAND...: three runs, seconds each
+  local TIMEFORMAT="$1: %R s"; shift
+  for _ in 1 2 3; do time "$@" >/dev/null; done
+}
+timed "gorun topo" "$GORUN" topo
 # A launch reads sysfs only, unless it needs NVML (--report-bindings,
 # --gpu-bind single, UUIDs in CUDA_VISIBLE_DEVICES).
-for i in 1 2 3; do /usr/bin/time -f "gorun -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$GORUN" -np "$((GPUS > 0 ? GPUS : 2))" true; done
-for i in 1 2 3; do /usr/bin/time -f "gorun -np $((GPUS > 0 ? GPUS : 2)) --gpu-bind single true (NVML): %e s" "$GORUN" -np "$((GPUS > 0 ? GPUS : 2))" --gpu-bind single true; done
-for i in 1 2 3; do /usr/bin/time -f "gorun-static -np $((GPUS > 0 ? GPUS : 2)) true: %e s" "$BIN/gorun-static" -np "$((GPUS > 0 ? GPUS : 2))" true; done
+timed "gorun -np $N true" "$GORUN" -np "$N" true
+timed "gorun -np $N --gpu-bind single true (NVML)" "$GORUN" -np "$N" --gpu-bind single true
+timed "gorun-static -np $N true" "$BIN/gorun-static" -np "$N" true
 
 step "summary"
 if [ "$fails" -eq 0 ]; then echo "every check passed"; else echo "$fails check(s) FAILED"; fi
