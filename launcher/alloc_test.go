@@ -3,7 +3,6 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,82 +86,6 @@ func TestAllocationSelect(t *testing.T) {
 	src = HostSource{Alloc: a}
 	if hosts, implicit, desc, err := src.Hosts(); err != nil || len(hosts) != 2 || implicit || desc != "Slurm job 7" {
 		t.Errorf("no host source: %v %v %q %v", hosts, implicit, desc, err)
-	}
-}
-
-// An srun-started agent connects back and proves itself with the key; a
-// wrong key or a stranger is refused, and the control stream after the
-// handshake is intact.
-func TestConnectBack(t *testing.T) {
-	key := []byte("0123456789abcdef0123456789abcdef")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	type res struct {
-		node string
-		err  error
-		rest string
-	}
-	results := make(chan res, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				node, err := acceptAgent(c, key)
-				r := res{node: node, err: err}
-				if err == nil {
-					b := make([]byte, 5)
-					n, _ := c.Read(b)
-					r.rest = string(b[:n])
-				}
-				results <- r
-			}()
-		}
-	}()
-	addr := ln.Addr().String()
-	for _, tt := range []struct {
-		key, node string
-		ok        bool
-	}{
-		{string(key), "node02", true},
-		{"ffffffffffffffffffffffffffffffff", "node02", false},
-	} {
-		t.Setenv(AgentKeyEnv, fmt.Sprintf("%x", tt.key))
-		c, err := DialHead("127.0.0.1:1,"+addr, tt.node)
-		if os.Getenv(AgentKeyEnv) != "" {
-			t.Error("the agent key stayed in the environment")
-		}
-		if err == nil {
-			c.Write([]byte("hello"))
-			c.Close()
-		}
-		r := <-results
-		if tt.ok && (err != nil || r.err != nil || r.node != "node02" || r.rest != "hello") {
-			t.Errorf("good key: dial %v, head %+v", err, r)
-		}
-		if !tt.ok && (r.err == nil || !strings.Contains(r.err.Error(), "wrong key")) {
-			t.Errorf("wrong key: head %+v", r)
-		}
-	}
-	// A stranger that does not speak the handshake is refused.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Write([]byte("GET / HTTP/1.0\n"))
-	if r := <-results; r.err == nil {
-		t.Errorf("a stranger was accepted as %q", r.node)
-	}
-	c.Close()
-	t.Setenv(AgentKeyEnv, "")
-	if _, err := DialHead(addr, "x"); err == nil || !strings.Contains(err.Error(), AgentKeyEnv) {
-		t.Errorf("no key: %v", err)
 	}
 }
 

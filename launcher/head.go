@@ -208,7 +208,7 @@ func defaultStarter(o Options, plan *Plan) (Starter, error) {
 			if err != nil {
 				return nil, fmt.Errorf("find gorun's own binary: %w", err)
 			}
-			m.Remote = NewSlurmStarter(exe, plan, o.Stderr)
+			m.Remote = NewSlurmStarter(exe, plan, o.Iface, o.Stderr)
 			break
 		}
 		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }

@@ -2,9 +2,8 @@ package launcher
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,11 +20,6 @@ import (
 	"github.com/gorun/gorun/hostfile"
 )
 
-// AgentKeyEnv carries the key an agent started by srun proves itself with
-// when it connects back to the head. It is in srun's environment, never
-// on a command line (which every user of a node can read).
-const AgentKeyEnv = "GORUN_AGENT_KEY"
-
 // connectTimeout bounds how long the head waits for an srun-started agent
 // to connect back.
 const connectTimeout = 60 * time.Second
@@ -33,10 +27,15 @@ const connectTimeout = 60 * time.Second
 // SlurmStarter starts the agents of the hosts that are not this machine
 // through one srun step inside the allocation (one task per node,
 // --overlap, --kill-on-bad-exit). The agents connect back to the head over
-// TCP and prove themselves with a key only the head and srun's environment
-// hold; the control protocol then runs over that connection.
+// TLS (see DialHead): the head listens on the one address the agents dial
+// (--iface's, else this node's address on its default route), shows a
+// certificate made for this job, whose fingerprint the agents get in
+// srun's environment, and accepts an agent only with a proof of the job's
+// agent key bound to its TLS session; the control protocol then runs over
+// that connection.
 type SlurmStarter struct {
 	exe    string
+	iface  string   // --iface: the head listens on its address
 	nodes  []string // the hosts srun starts agents on, in plan order
 	stderr io.Writer
 
@@ -44,6 +43,7 @@ type SlurmStarter struct {
 	err  error
 	ln   net.Listener
 	key  []byte
+	id   *headIdentity
 	srun *exec.Cmd
 	dead chan struct{} // closed when srun ends
 	why  string        // srun's exit, once dead is closed
@@ -51,16 +51,19 @@ type SlurmStarter struct {
 	mu      sync.Mutex
 	waiting map[string]chan net.Conn
 	arrived map[string]net.Conn
+	refused refusals
 }
 
 var _ Starter = (*SlurmStarter)(nil)
 
 // NewSlurmStarter returns a starter for the plan's hosts that are not this
 // machine; exe is the gorun binary on the nodes (the same path: Slurm
-// clusters share their file systems).
-func NewSlurmStarter(exe string, plan *Plan, stderr io.Writer) *SlurmStarter {
-	s := &SlurmStarter{exe: exe, stderr: stderr, dead: make(chan struct{}),
+// clusters share their file systems); iface is --iface, the interface
+// whose address the agents dial ("" for the one of the default route).
+func NewSlurmStarter(exe string, plan *Plan, iface string, stderr io.Writer) *SlurmStarter {
+	s := &SlurmStarter{exe: exe, iface: iface, stderr: stderr, dead: make(chan struct{}),
 		waiting: map[string]chan net.Conn{}, arrived: map[string]net.Conn{}}
+	s.refused.w = stderr
 	for _, n := range plan.Nodes {
 		if !IsLocal(n.Host.Name) {
 			s.nodes = append(s.nodes, n.Host.Name)
@@ -86,15 +89,22 @@ func (s *SlurmStarter) start() error {
 			s.err = err
 			return
 		}
-		ln, err := net.Listen("tcp", ":0")
+		if s.id, s.err = newHeadIdentity(); s.err != nil {
+			return
+		}
+		ip, err := listenAddr(s.iface)
 		if err != nil {
 			s.err = fmt.Errorf("listen for agents: %w", err)
 			return
 		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			s.err = fmt.Errorf("listen for agents on %s: %w", ip, err)
+			return
+		}
 		s.ln = ln
-		port := ln.Addr().(*net.TCPAddr).Port
-		cmd := exec.Command("srun", SrunArgs(s.exe, s.nodes, headAddrs(port))...)
-		cmd.Env = append(os.Environ(), AgentKeyEnv+"="+hex.EncodeToString(s.key))
+		cmd := exec.Command("srun", SrunArgs(s.exe, s.nodes, ln.Addr().String())...)
+		cmd.Env = append(os.Environ(), AgentKeyEnv+"="+hex.EncodeToString(s.key), HeadCertEnv+"="+s.id.fingerprint)
 		// srun says "cluster configuration lacks support for cpu
 		// binding" where the cluster has no task/affinity: harmless for
 		// --cpu-bind=none, and not for the job's output.
@@ -118,63 +128,173 @@ func (s *SlurmStarter) start() error {
 			close(s.dead)
 			ln.Close()
 		}()
-		go s.accept()
+		go func() {
+			serveAgents(ln, s.id, s.key, &s.refused, s.arrive)
+			s.refused.summary()
+		}()
 	})
 	return s.err
 }
 
-// headAddrs lists the addresses agents may reach the head at: its
-// interfaces' (non-loopback first), then loopback, with port.
-func headAddrs(port int) string {
-	var out, loop []string
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok || n.IP.To4() == nil {
+// listenAddr is the address the head listens on for its agents: iface's
+// first IPv4 address, else that of the interface of this node's default
+// route, else the first IPv4 address of an interface that is up and not
+// loopback. Never every interface, and never loopback: an agent runs on
+// another node.
+func listenAddr(iface string) (string, error) {
+	if iface != "" {
+		return routeAddr(nil, iface)
+	}
+	if name := defaultRouteIface(); name != "" {
+		if ip, err := routeAddr(nil, name); err == nil {
+			return ip, nil
+		}
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
 			continue
 		}
-		hp := net.JoinHostPort(n.IP.String(), strconv.Itoa(port))
-		if n.IP.IsLoopback() {
-			loop = append(loop, hp)
-		} else {
-			out = append(out, hp)
+		if ip, err := routeAddr(nil, ifc.Name); err == nil {
+			return ip, nil
 		}
 	}
-	if len(loop) == 0 {
-		loop = []string{net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	}
-	return strings.Join(append(out, loop...), ",")
+	return "", errors.New("this node has no IPv4 address but loopback's, which agents on other nodes cannot reach; name an interface with --iface")
 }
 
-// accept takes agents' connections and hands each, once it proved itself,
-// to the StartAgent waiting for its node.
-func (s *SlurmStarter) accept() {
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return
+// defaultRouteIface is the interface of the IPv4 default route
+// (/proc/net/route), "" when there is none.
+func defaultRouteIface() string {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...: the
+		// default route has destination and mask 0 and is up (flag 1).
+		if len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" {
+			if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&1 != 0 {
+				return f[0]
+			}
 		}
+	}
+	return ""
+}
+
+// maxHandshakes bounds the connect-back handshakes in flight: a new
+// connection beyond it closes the oldest unproven one. A genuine agent
+// proves itself within milliseconds of connecting, so a flood of silent
+// connections cannot keep it waiting behind them.
+const maxHandshakes = 64
+
+// serveAgents accepts agents' connections on ln until it is closed, runs
+// the head's side of the connect-back on each (at most maxHandshakes at
+// once), and hands each agent that proved itself to arrive. Accept errors
+// (out of descriptors, a connection aborted) are waited out with a
+// growing pause, as net/http's server does, never taken as the end.
+// Refusals go to refused, which says the first and counts the rest.
+func serveAgents(ln net.Listener, id *headIdentity, key []byte, refused *refusals, arrive func(node string, c net.Conn)) {
+	var mu sync.Mutex
+	inflight := map[net.Conn]time.Time{}
+	var pause time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			refused.add(nil, "accept: "+err.Error())
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			time.Sleep(pause)
+			continue
+		}
+		pause = 0
+		mu.Lock()
+		if len(inflight) >= maxHandshakes {
+			var oldest net.Conn
+			for o, t := range inflight {
+				if oldest == nil || t.Before(inflight[oldest]) {
+					oldest = o
+				}
+			}
+			delete(inflight, oldest)
+			oldest.Close() // its handshake fails, and is counted
+		}
+		inflight[c] = time.Now()
+		mu.Unlock()
 		go func() {
-			node, err := acceptAgent(c, s.key)
+			node, t, err := acceptAgent(c, id, key)
+			mu.Lock()
+			delete(inflight, c)
+			mu.Unlock()
 			if err != nil {
-				fmt.Fprintf(s.stderr, "gorun: refused a connection from %s: %v\n", c.RemoteAddr(), err)
+				refused.add(c.RemoteAddr(), err.Error())
 				c.Close()
 				return
 			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if ch := s.waiting[node]; ch != nil {
-				delete(s.waiting, node)
-				ch <- c
-				return
-			}
-			if _, dup := s.arrived[node]; dup {
-				fmt.Fprintf(s.stderr, "gorun: refused a second agent for node %s\n", node)
-				c.Close()
-				return
-			}
-			s.arrived[node] = c
+			arrive(node, t)
 		}()
+	}
+}
+
+// arrive hands an agent's connection to the StartAgent waiting for its
+// node, or keeps it for the one to come.
+func (s *SlurmStarter) arrive(node string, c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ch := s.waiting[node]; ch != nil {
+		delete(s.waiting, node)
+		ch <- c
+		return
+	}
+	if _, dup := s.arrived[node]; dup {
+		s.refused.add(c.RemoteAddr(), "a second agent for node "+node)
+		c.Close()
+		return
+	}
+	s.arrived[node] = c
+}
+
+// refusals reports the connections the head refused on its agents' port:
+// the first at once, the others counted and summed up in one line by
+// summary, so that a flood does not fill the job's stderr.
+type refusals struct {
+	mu     sync.Mutex
+	w      io.Writer
+	n      int
+	last   string
+	shown  bool
+	summed bool
+}
+
+// add reports one refusal of a connection from from (nil: before it was
+// accepted) for why.
+func (r *refusals) add(from net.Addr, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if from != nil {
+		why = "from " + from.String() + ": " + why
+	}
+	if !r.shown {
+		r.shown = true
+		fmt.Fprintf(r.w, "gorun: refused a connection to the agents' port %s (any more are counted, and summed up when the agents are done)\n", why)
+		return
+	}
+	r.n++
+	r.last = why
+}
+
+// summary writes the count of the refusals after the first, once.
+func (r *refusals) summary() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n > 0 && !r.summed {
+		r.summed = true
+		fmt.Fprintf(r.w, "gorun: refused %d more connections to the agents' port (the last %s)\n", r.n, r.last)
 	}
 }
 
@@ -196,12 +316,12 @@ func (s *SlurmStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agen
 	defer t.Stop()
 	select {
 	case c := <-ch:
-		return &tcpAgent{c: c.(*net.TCPConn), starter: s}, nil
+		return &tcpAgent{c: c.(*tls.Conn), starter: s}, nil
 	case <-s.dead:
 		// A connection may have won the race with srun's end.
 		select {
 		case c := <-ch:
-			return &tcpAgent{c: c.(*net.TCPConn), starter: s}, nil
+			return &tcpAgent{c: c.(*tls.Conn), starter: s}, nil
 		default:
 		}
 		return nil, fmt.Errorf("%s: its agent did not connect (%s)", host.Name, s.why)
@@ -214,7 +334,7 @@ func (s *SlurmStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agen
 
 // tcpAgent is an srun-started agent's connection.
 type tcpAgent struct {
-	c       *net.TCPConn
+	c       *tls.Conn
 	starter *SlurmStarter
 	once    sync.Once
 }
@@ -242,63 +362,6 @@ func (a *tcpAgent) Kill() error {
 	return nil
 }
 
-// The connect-back handshake: the head sends a nonce, the agent answers
-// with its node name and HMAC-SHA256(key, nonce, node).
-const (
-	helloPrefix = "GORUN-HEAD "
-	agentPrefix = "GORUN-AGENT "
-)
-
-func agentMAC(key []byte, nonce, node string) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(nonce + "\x00" + node))
-	return m.Sum(nil)
-}
-
-// acceptAgent runs the head's side of the handshake and returns the node
-// the agent proved to be.
-func acceptAgent(c net.Conn, key []byte) (string, error) {
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	defer c.SetDeadline(time.Time{})
-	var nb [16]byte
-	rand.Read(nb[:])
-	nonce := hex.EncodeToString(nb[:])
-	if _, err := io.WriteString(c, helloPrefix+nonce+"\n"); err != nil {
-		return "", err
-	}
-	line, err := readLine(c, 512)
-	if err != nil {
-		return "", err
-	}
-	rest, ok := strings.CutPrefix(line, agentPrefix)
-	node, macHex, ok2 := strings.Cut(rest, " ")
-	mac, err := hex.DecodeString(macHex)
-	if !ok || !ok2 || node == "" || err != nil {
-		return "", errors.New("not a gorun agent")
-	}
-	if !hmac.Equal(mac, agentMAC(key, nonce, node)) {
-		return "", errors.New("wrong key")
-	}
-	return node, nil
-}
-
-// readLine reads one line of at most max bytes, byte by byte, so that
-// nothing after it is consumed.
-func readLine(r io.Reader, max int) (string, error) {
-	var b []byte
-	var one [1]byte
-	for len(b) < max {
-		if _, err := io.ReadFull(r, one[:]); err != nil {
-			return "", err
-		}
-		if one[0] == '\n' {
-			return string(b), nil
-		}
-		b = append(b, one[0])
-	}
-	return "", errors.New("line too long")
-}
-
 // HostOf is the IP address of a TCP address, as text.
 func HostOf(a net.Addr) string {
 	if t, ok := a.(*net.TCPAddr); ok {
@@ -317,56 +380,6 @@ func SlurmNodeName() string {
 	}
 	h, _ := os.Hostname()
 	return h
-}
-
-// DialHead is an srun-started agent's side: it connects to the first of
-// addrs (comma-separated host:port) that answers, preferring the address
-// of the node that ran srun (SLURM_LAUNCH_NODE_IPADDR), proves itself as
-// node with the key from GORUN_AGENT_KEY (and removes it from the
-// environment, so that ranks do not inherit it), and returns the
-// connection for the control protocol.
-func DialHead(addrs, node string) (net.Conn, error) {
-	keyHex := os.Getenv(AgentKeyEnv)
-	os.Unsetenv(AgentKeyEnv)
-	key, err := hex.DecodeString(keyHex)
-	if err != nil || len(key) < 16 {
-		return nil, fmt.Errorf("no agent key in $%s", AgentKeyEnv)
-	}
-	list := strings.Split(addrs, ",")
-	if ip := os.Getenv("SLURM_LAUNCH_NODE_IPADDR"); ip != "" && len(list) > 0 {
-		_, port, _ := net.SplitHostPort(list[0])
-		list = append([]string{net.JoinHostPort(ip, port)}, list...)
-	}
-	var errs []error
-	for _, a := range list {
-		c, err := net.DialTimeout("tcp", a, 3*time.Second)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := proveAgent(c, key, node); err != nil {
-			c.Close()
-			errs = append(errs, fmt.Errorf("%s: %w", a, err))
-			continue
-		}
-		return c, nil
-	}
-	return nil, fmt.Errorf("reach the head: %w", errors.Join(errs...))
-}
-
-func proveAgent(c net.Conn, key []byte, node string) error {
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	defer c.SetDeadline(time.Time{})
-	line, err := readLine(c, 256)
-	if err != nil {
-		return err
-	}
-	nonce, ok := strings.CutPrefix(line, helloPrefix)
-	if !ok {
-		return errors.New("not a gorun head")
-	}
-	_, err = io.WriteString(c, agentPrefix+node+" "+hex.EncodeToString(agentMAC(key, nonce, node))+"\n")
-	return err
 }
 
 // lineFilter passes whole lines to w, except those containing drop.

@@ -54,7 +54,7 @@ var settings = []setting{
 	{name: "ssh-parallel", kind: config.Int, def: "64", arg: "N", usage: "at most `N` SSH handshakes in flight (sshd's MaxStartups throttles bursts)"},
 	{name: "connect-timeout", kind: config.Duration, def: "0s", arg: "DURATION", usage: "give up on a host that does not answer within `DURATION` (default: the ssh config's ConnectTimeout, else 10s)"},
 	{name: "no-stage", kind: config.Bool, def: "false", usage: "do not copy gorun to hosts where it is not at the same path"},
-	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME`, and Go collectives' TCP uses it (default: by route to the other hosts)"},
+	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME`, Go collectives' TCP uses it, and in Slurm the head listens there for its agents (default: by route to the other hosts)"},
 	{name: "launch-fanout", kind: config.Int, def: "0", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun)"},
 	{name: "rendezvous-timeout", kind: config.Duration, def: "5m", arg: "DURATION", usage: "fail a PMI barrier that not every host reaches within `DURATION`, naming the ranks that never arrived"},
 	{name: "launcher", kind: config.String, def: "auto", arg: "HOW", usage: "how agents reach the hosts: auto (through srun inside a Slurm allocation, hosts from PBS_NODEFILE inside a PBS job, else SSH), local, ssh, slurm or pbs"},
