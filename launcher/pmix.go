@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -106,10 +107,15 @@ func mentions(path, word string) bool {
 const PMIxPluginEnv = "GORUN_PMIX_PLUGIN"
 
 // findPMIxPlugin finds gorun-pmix: $GORUN_PMIX_PLUGIN, else next to the
-// running gorun (where `make build` puts it), else in PATH.
+// running gorun (where `make build` puts it, and where staging copies it),
+// else in PATH. The file found must pass plugins.CheckBinary (an error
+// that wraps plugins.ErrUnsafe); plugins.Start checks it again.
 func findPMIxPlugin() (string, error) {
 	if p := os.Getenv(PMIxPluginEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s: %w", PMIxPluginEnv, err)
+		}
+		if err := plugins.CheckBinary(p); err != nil {
 			return "", fmt.Errorf("$%s: %w", PMIxPluginEnv, err)
 		}
 		return p, nil
@@ -155,6 +161,9 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 		_ = why
 	}
 	plug, err := findPMIxPlugin()
+	if errors.Is(err, plugins.ErrUnsafe) {
+		return nil, fmt.Errorf("the program needs a PMIx server (Open MPI or mpi4py): %w; gorun runs only a %s that nobody but you and root can change", err, pmixbridge.Binary)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the program needs a PMIx server (Open MPI or mpi4py), and gorun's PMIx plugin is missing: %w; build it with `make build` or run with --pmix=off", err)
 	}

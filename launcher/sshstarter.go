@@ -88,7 +88,7 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 		return nil, err
 	}
 	mine := selfBuildID()
-	a, id, err := s.startOn(c, host, s.Exe)
+	a, id, err := s.startOn(c, host, s.Exe, false)
 	if err == nil && id == mine {
 		return a, nil
 	}
@@ -146,7 +146,7 @@ func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host host
 		// The very file that the loader refused: no need to try it again.
 		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
 	}
-	a, id, err := s.startOn(c, host, path)
+	a, id, err := s.startOn(c, host, path, staged)
 	if errors.As(err, &refused) {
 		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
 	}
@@ -188,11 +188,11 @@ func (s *SSHStarter) startStatic(ctx context.Context, c *ssh.Client, host hostfi
 	} else if err != nil {
 		return nil, fmt.Errorf("%s: %v, and %s cannot be used instead: %w", host.Name, ge, static, err)
 	}
-	path, _, err := sshclient.Stage(ctx, c, static, s.Exe, s.extra()...)
+	path, staged, err := sshclient.Stage(ctx, c, static, s.Exe, s.extra()...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v; copy %s there: %w", host.Name, ge, StaticBinary, err)
 	}
-	a, id, err := s.startOn(c, host, path)
+	a, id, err := s.startOn(c, host, path, staged)
 	if want := fileBuildID(static); err == nil && id != want {
 		err = fmt.Errorf("the copy of %s at %s reports build %s, not %s", StaticBinary, path, id, want)
 	}
@@ -259,8 +259,12 @@ func programMayNeedPMIx(argv []string) bool {
 
 // startOn starts `path agent` in a new session on c and reads its
 // preamble. The returned agent replays what was read, so the head's
-// handshake sees the stream from its start.
-func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*sshAgent, string, error) {
+// handshake sees the stream from its start. A path that sshclient.Stage
+// staged runs through sshclient.StagedCommand, which checks in the same
+// shell, before the exec, that nobody but the user and root can change it
+// or a directory above it up to $HOME: the error names the host, the path
+// and why when they could.
+func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string, staged bool) (*sshAgent, string, error) {
 	sess, err := c.NewSession()
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: open a session: %w", host.Name, err)
@@ -281,8 +285,11 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 	}
 	// sh whatever the login shell is; exec, so that the agent is the
 	// session's process and sshd's EOF reaches it; 127 when not there.
-	script := "if [ -x " + shellQuote(path) + " ]; then exec " + shellQuote(path) + " agent --host " + shellQuote(host.Name) + "; fi; exit 127"
-	if err := sess.Start("exec /bin/sh -c " + shellQuote(script)); err != nil {
+	cmd := "exec /bin/sh -c " + shellQuote("if [ -x "+shellQuote(path)+" ]; then exec "+shellQuote(path)+" agent --host "+shellQuote(host.Name)+"; fi; exit 127")
+	if staged {
+		cmd = sshclient.StagedCommand(path, "agent", "--host", host.Name)
+	}
+	if err := sess.Start(cmd); err != nil {
 		sess.Close()
 		return nil, "", fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
@@ -292,6 +299,7 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 	// own words (the host's glibc is too old) and falls back.
 	var started atomic.Bool
 	var missing string
+	var unsafe *sshclient.UnsafeCacheError
 	a.relay.Add(1)
 	go func() {
 		defer a.relay.Done()
@@ -302,6 +310,12 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 			if !started.Load() {
 				if v, ok := sshclient.MissingGlibc(line); ok {
 					missing = cmp.Or(missing, v)
+					continue
+				}
+				if u, ok := sshclient.ParseUnsafe(line); ok {
+					if unsafe == nil {
+						unsafe = u
+					}
 					continue
 				}
 			}
@@ -318,6 +332,10 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string) (*s
 		a.relay.Wait()
 		if missing != "" {
 			return nil, "", &glibcRefusedError{version: missing}
+		}
+		if unsafe != nil {
+			// The callers name the host.
+			return nil, "", fmt.Errorf("refusing to run the copy of gorun at %s: %w; %s", path, unsafe, sshclient.UnsafeHint)
 		}
 		var ee *ssh.ExitError
 		if errors.As(werr, &ee) && ee.ExitStatus() == 127 {

@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,14 +53,17 @@ func Dirs(extra []string) []string {
 }
 
 // Lookup returns the binary of plugin name: the first executable
-// gorun-plugin-<name> in Dirs(extra). A name with a slash is a path.
+// gorun-plugin-<name> in Dirs(extra). A name with a slash is a path. When
+// that binary fails CheckBinary, Lookup returns its path and the
+// *UnsafeError: a later directory's binary of the same name is not taken
+// instead, as Discover shows it shadowed.
 func Lookup(name string, extra []string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("%w: no plugin name", ErrNotFound)
 	}
 	if strings.ContainsRune(name, '/') {
 		if isExec(name) {
-			return name, nil
+			return name, CheckBinary(name)
 		}
 		return "", fmt.Errorf("%w: %s is not an executable file", ErrNotFound, name)
 	}
@@ -67,10 +71,20 @@ func Lookup(name string, extra []string) (string, error) {
 	for _, d := range dirs {
 		p := filepath.Join(d, BinaryPrefix+name)
 		if isExec(p) {
-			return p, nil
+			return p, CheckBinary(p)
 		}
 	}
 	return "", fmt.Errorf("%w: %s%s in %s (set --plugin-dir or %s)", ErrNotFound, BinaryPrefix, name, strings.Join(dirs, ", "), EnvPath)
+}
+
+// problem is err as gorun plugins list shows it: an *UnsafeError without
+// the file's name, which the listing shows already.
+func problem(err error) string {
+	var ue *UnsafeError
+	if errors.As(err, &ue) {
+		return ue.Problem()
+	}
+	return err.Error()
 }
 
 func isExec(p string) bool {
@@ -87,13 +101,16 @@ type Candidate struct {
 	// Shadowed is set for a binary that an earlier directory's binary of
 	// the same name hides.
 	Shadowed bool
-	// Problem says why the file cannot be a plugin (not executable), or "".
+	// Problem says why the file cannot be a plugin (not executable), or
+	// why gorun refuses to run it (CheckBinary), or "".
 	Problem string
 }
 
 // Discover lists the files named gorun-plugin-* in dirs, in search order.
 // Unlike go-plugin's Discover (a glob), it checks that each is an
-// executable file and marks the ones an earlier directory shadows.
+// executable file that CheckBinary accepts, and marks the ones an earlier
+// directory shadows (a refused binary shadows the later ones, as it does
+// for Lookup). It runs none of them.
 func Discover(dirs []string) []Candidate {
 	var out []Candidate
 	seen := map[string]bool{}
@@ -112,12 +129,16 @@ func Discover(dirs []string) []Candidate {
 		for _, n := range names {
 			p := filepath.Join(d, n)
 			c := Candidate{Name: strings.TrimPrefix(n, BinaryPrefix), Path: p}
-			if !isExec(p) {
+			switch {
+			case !isExec(p):
 				c.Problem = "not an executable file"
-			} else if seen[c.Name] {
+			case seen[c.Name]:
 				c.Shadowed = true
-			} else {
+			default:
 				seen[c.Name] = true
+				if err := CheckBinary(p); err != nil {
+					c.Problem = "refused: " + problem(err)
+				}
 			}
 			out = append(out, c)
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -80,7 +81,10 @@ type Plugin struct {
 
 // Start starts the plugin binary and returns its service. The process runs
 // in its own process group and is killed if this process dies, even by
-// SIGKILL (go-plugin's own clean-up cannot run then).
+// SIGKILL (go-plugin's own clean-up cannot run then). A binary that
+// CheckBinary refuses is not started: the error wraps its *UnsafeError.
+// The plugin gets this process's environment without SecretEnv, and
+// Spec.Env.
 func Start(s Spec) (*Plugin, error) {
 	if s.StartTimeout <= 0 {
 		s.StartTimeout = 20 * time.Second
@@ -92,8 +96,14 @@ func Start(s Spec) (*Plugin, error) {
 	if st.IsDir() || st.Mode()&0o111 == 0 {
 		return nil, fmt.Errorf("plugin %s: %s is not an executable file", s.Name, s.Path)
 	}
+	// Checked here, where every plugin starts: nobody but this user and
+	// root can change what it checked, so the file that runs next is the
+	// file that was checked.
+	if err := CheckBinary(s.Path); err != nil {
+		return nil, fmt.Errorf("plugin %s: %w", s.Name, err)
+	}
 	cmd := exec.Command(s.Path, s.Args...)
-	cmd.Env = append(os.Environ(), s.Env...)
+	cmd.Env = append(withoutSecrets(os.Environ()), s.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.ExtraFiles = s.ExtraFiles
 	stderr := s.Stderr
@@ -118,6 +128,9 @@ func Start(s Spec) (*Plugin, error) {
 		Plugins:          s.Plugins,
 		VersionedPlugins: s.VersionedPlugins,
 		Cmd:              cmd,
+		// cmd.Env is the whole environment: go-plugin would otherwise
+		// append this process's own, secrets and all, after Spec.Env.
+		SkipHostEnv:      true,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         !(s.PrivateSocket && s.SocketDir != "" && privateDir(s.SocketDir)),
 		StartTimeout:     s.StartTimeout,
@@ -175,7 +188,8 @@ var ErrNotFound = errors.New("plugin not found")
 
 // Find looks for the plugin binary named name: in the directories of dirs
 // first (in order), then in PATH. It returns the path and the places it
-// looked, for an error message.
+// looked, for an error message. The first binary found must pass
+// CheckBinary: otherwise Find returns its path with the *UnsafeError.
 func Find(name string, dirs ...string) (string, []string, error) {
 	var looked []string
 	for _, d := range dirs {
@@ -185,12 +199,36 @@ func Find(name string, dirs ...string) (string, []string, error) {
 		p := filepath.Join(d, name)
 		looked = append(looked, p)
 		if isExec(p) {
-			return p, looked, nil
+			return p, looked, CheckBinary(p)
 		}
 	}
 	looked = append(looked, "$PATH")
 	if p, err := exec.LookPath(name); err == nil {
-		return p, looked, nil
+		return p, looked, CheckBinary(p)
 	}
 	return "", looked, fmt.Errorf("%w: %s (looked in %s)", ErrNotFound, name, strings.Join(looked, ", "))
+}
+
+// SecretEnv names the variables that Start never passes on to a plugin,
+// although the process that starts it may have them: GORUN_JOB_SECRET,
+// the job's rendezvous secret (in every rank's environment, which is
+// where transport and collective plugins start); GORUN_AGENT_KEY, the key
+// an agent started by srun proves itself to the head with (the agent
+// removes it from its own environment; this is in case it did not); and
+// SSH_AUTH_SOCK, the user's ssh-agent, forwarded to the agents of a launch
+// tree. A plugin runs as the same user and could read its parent's
+// environment from /proc, so this is not a wall: it keeps the secrets out
+// of what plugins pass on, log or dump.
+var SecretEnv = []string{"GORUN_JOB_SECRET", "GORUN_AGENT_KEY", "SSH_AUTH_SOCK"}
+
+// withoutSecrets returns environ without the variables of SecretEnv.
+func withoutSecrets(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(SecretEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

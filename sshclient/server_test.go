@@ -51,6 +51,8 @@ type testServer struct {
 
 	pathFirst string // a directory before $PATH in sessions
 
+	cred *syscall.SysProcAttr // sessions run as this user (asUser), or nil
+
 	connMu sync.Mutex
 	conns  []net.Conn
 	wg     sync.WaitGroup
@@ -244,6 +246,7 @@ func (s *testServer) session(ch ssh.Channel, reqs <-chan *ssh.Request) {
 		}
 		cmd.Env = []string{"HOME=" + s.home, "PATH=" + path}
 		cmd.Dir = s.home
+		cmd.SysProcAttr = s.cred
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = ch, ch, ch.Stderr()
 		cmd.WaitDelay = 10 * time.Second
 		code := 0

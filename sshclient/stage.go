@@ -75,16 +75,132 @@ func shCommand(script string) string {
 	return "exec /bin/sh -c " + shQuote(strings.Join(lines, "; "))
 }
 
-// The probe prints "want HASH", "cache HASH", "home DIR" and "uname OS ARCH",
-// then "extra I HASH X" for each extra file that is in the cache directory
-// (probeExtra), X being "x" when it is executable there and "-" if not.
+// cacheDir is the staging cache, under the remote $HOME: Stage copies gorun
+// into cacheDir/<first 16 hex of its sha256>/gorun.
+const cacheDir = "/.cache/gorun/bin/"
+
+// checkFunc defines the sh function k, which checks the files named by its
+// arguments (those that exist; the others are skipped) as sshd's
+// StrictModes checks authorized_keys and the directories above it: it
+// prints a line "gorun-unsafe PATH<TAB>REASON" for each that is a symbolic
+// link, is owned by neither this user nor root, or is writable by its
+// group or others (even when sticky), and nothing when all are safe.
+//
+// The shell's own tests find the links and whether each file is this
+// user's ([ -O ], which dash, bash, busybox and BSD sh have); one find
+// reads the modes. Only when a file is not this user's does k run id, to
+// let find tell root's from another user's; find forks printf only to
+// print a refusal. So the check of a sound cache costs one process.
+//
+// Given every component of a path from $HOME (physical) down, k's silence
+// means that no other user can change what the path names: not the file,
+// not any directory on the way. That is what makes a check in one shell
+// hold for the exec that follows it in that shell.
+const checkFunc = `k() { o=; for a; do shift; if [ -L "$a" ]; then printf 'gorun-unsafe %s\tis a symbolic link\n' "$a"; elif [ -e "$a" ]; then set -- "$@" "$a"; [ -O "$a" ] || o=1; fi; done; if [ $# -eq 0 ]; then return 0; fi; set -- "$@" -prune \(; if [ -n "$o" ]; then set -- "$@" \( ! -user "$(id -u)" ! -user 0 -exec printf 'gorun-unsafe %s\tis owned by another user\n' {} \; \) -o; fi; find "$@" \( -perm -002 -exec printf 'gorun-unsafe %s\tis writable by others\n' {} \; \) -o \( -perm -020 -exec printf 'gorun-unsafe %s\tis writable by its group\n' {} \; \) \) 2>&1; }
+`
+
+// unsafePrefix starts checkFunc's lines.
+const unsafePrefix = "gorun-unsafe "
+
+// chainArgs returns checkFunc's arguments, in sh, for the cache directory
+// short under home (an sh expression, such as "$H", for a path without a
+// trailing slash): home, each directory below it down to short, and the
+// files names in short.
+func chainArgs(home, short string, names ...string) string {
+	p := home
+	args := []string{`"` + p + `"`}
+	for _, d := range append(strings.Split(strings.Trim(cacheDir, "/"), "/"), short) {
+		p += "/" + d
+		args = append(args, `"`+p+`"`)
+	}
+	for _, n := range names {
+		args = append(args, `"`+p+"/"+n+`"`)
+	}
+	return strings.Join(args, " ")
+}
+
+// UnsafeCacheError means that gorun will not copy itself into, or run a
+// copy from, the staging cache of a remote host, because a user other than
+// the remote user (or root) could change what is there: Path, a component
+// of $HOME/.cache/gorun/bin/<hash>/gorun from $HOME down, is a symbolic
+// link, is owned by another user, or is writable by its group or others.
+type UnsafeCacheError struct {
+	Path   string
+	Reason string // "is a symbolic link", "is writable by others", ...
+}
+
+// Error returns "PATH REASON".
+func (e *UnsafeCacheError) Error() string { return e.Path + " " + e.Reason }
+
+// UnsafeHint says how to mend the cache of an UnsafeCacheError (the hint
+// of Stage's HostError).
+const UnsafeHint = "gorun copies itself only where nobody but you and root can change the copy: " +
+	"$HOME and each directory of ~/.cache/gorun/bin/<hash> must be yours, not a symbolic link, and writable by neither group nor others " +
+	"(chmod go-w it, or remove it and gorun makes it again, mode 0700)"
+
+// ParseUnsafe reads a refusal line of the staging checks, as the command of
+// StagedCommand prints it on its standard error before it exits 126.
+func ParseUnsafe(line string) (*UnsafeCacheError, bool) {
+	rest, ok := strings.CutPrefix(line, unsafePrefix)
+	if !ok {
+		return nil, false
+	}
+	i := strings.LastIndexByte(rest, '\t')
+	if i < 0 {
+		return nil, false
+	}
+	return &UnsafeCacheError{Path: rest[:i], Reason: rest[i+1:]}, true
+}
+
+// StagedCommand returns the command line (for an SSH session, whatever the
+// login shell) that runs the copy of gorun at path that Stage staged, with
+// args. In the same sh, before the exec, it checks each component from the
+// remote $HOME down to the file as Stage did before it copied (see
+// UnsafeCacheError): that check holds until the exec, since no other user
+// can change any of them, so the file that runs is the file that was
+// checked, without hashing it again. It exits 127 when path is not an
+// executable file, and 126 after a ParseUnsafe line on its standard error
+// when a component is unsafe. The check costs one short process (find) on
+// the host, and no round trip.
+func StagedCommand(path string, args ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "if [ ! -x %s ]; then exit 127; fi\n", shQuote(path))
+	b.WriteString(checkFunc)
+	home, rest, ok := strings.Cut(path, cacheDir)
+	short, name, _ := strings.Cut(rest, "/")
+	if !ok || short == "" || name == "" || strings.Contains(name, "/") || strings.Contains(rest, cacheDir) {
+		// Not a path that Stage returns: its directory and itself.
+		fmt.Fprintf(&b, "P=%s\nr=$(k \"${P%%/*}\" \"$P\")\n", shQuote(path))
+	} else {
+		fmt.Fprintf(&b, "H=%s\nP=%s\nr=$(k %s)\n", shQuote(home), shQuote(path), chainArgs("$H", short, name))
+	}
+	b.WriteString(`if [ -n "$r" ]; then printf '%s\n' "$r" >&2; exit 126; fi` + "\n")
+	b.WriteString(`exec "$P"`)
+	for _, a := range args {
+		b.WriteString(" " + shQuote(a))
+	}
+	return shCommand(b.String())
+}
+
+// The probe prints "want HASH", "cache HASH", "home DIR" (the remote $HOME,
+// its physical path) and "uname OS ARCH", then "extra I HASH X" for each
+// extra file that is in the cache directory (probeExtra), X being "x" when
+// it is executable there and "-" if not, then checkFunc's lines for the
+// cache from $HOME down (probeCheck).
 const probeScript = `h() { s=$(sha256sum < "$1" 2>/dev/null || shasum -a 256 < "$1" 2>/dev/null) && echo "${s%%%% *}"; }
 p=%s
-c="$HOME/.cache/gorun/bin/%s/gorun"
+H=$(if [ -n "$HOME" ]; then cd -P -- "$HOME" 2>/dev/null && pwd -P; fi)
+c="${H%%/}/.cache/gorun/bin/%s/gorun"
 if [ -f "$p" ] && [ -x "$p" ]; then echo "want $(h "$p")"; fi
 if [ -f "$c" ] && [ -x "$c" ]; then echo "cache $(h "$c")"; fi
-echo "home $HOME"
+echo "home $H"
 echo "uname $(uname -s) $(uname -m)"
+`
+
+// probeCheck is the probe's last part: checkFunc's lines for $HOME, each
+// directory of the cache down to the one for this gorun, gorun there and
+// the extra files (%s: chainArgs and the extra files' paths).
+const probeCheck = `if [ -n "$H" ]; then k %s; fi
 `
 
 // probeGlibc is the probe's part for a binary linked against glibc
@@ -97,18 +213,28 @@ if [ ! -e %s ]; then echo noloader; fi
 
 // probeExtra is the probe's line for extra file I (its name is checked by
 // stageName, so it needs no quoting).
-const probeExtra = `e="$HOME/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(h "$e") $x"; fi
+const probeExtra = `e="${H%%/}/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(h "$e") $x"; fi
 `
 
-// The copier reads a file on stdin into a temporary file next to its final
-// place (the cache directory, NAME), checks it, sets its mode and renames it
-// into place, so that concurrent stagers on a shared file system never see
-// a partial file. Its arguments: the directory, NAME, a random token, the
-// sha256, the size, the mode and NAME again.
+// The copier makes the cache directory where it is missing (mode 0700, as
+// are the directories above it that it makes), checks it again from $HOME
+// down (checkFunc, which must come first; the probe checked what was there,
+// not what the copier made) and exits 4 after checkFunc's lines on its
+// standard error if it is unsafe; then it reads a file on stdin into a
+// temporary file next to its final place (the cache directory, NAME),
+// checks it, sets its mode and renames it into place, so that concurrent
+// stagers on a shared file system never see a partial file. Its arguments:
+// the directory's name (the short hash), checkFunc's arguments
+// (chainArgs), NAME, a random token, the sha256, the size, the mode and
+// NAME again.
 const copyScript = `set -e
+umask 077
 : "${HOME:?HOME is not set}"
-d="$HOME/.cache/gorun/bin/%s"
+H=$(cd -P -- "$HOME" && pwd -P)
+d="${H%%/}/.cache/gorun/bin/%s"
 mkdir -p "$d"
+r=$(k %s) || :
+if [ -n "$r" ]; then printf '%%s\n' "$r" >&2; exit 4; fi
 t="$d/.%s.tmp.%s"
 trap 'rm -f "$t"' EXIT
 cat > "$t"
@@ -183,9 +309,19 @@ func goPlatform(osName, machine string) (string, string) {
 // has localExe's sha256, Stage returns wantPath, false. Otherwise it copies
 // localExe over c into ~/.cache/gorun/bin/<first 16 hex of its sha256>/gorun
 // (the remote $HOME; the copy is skipped when that file already has the
-// right hash) and returns its absolute path, true. The remote host needs a
-// POSIX sh, and sha256sum (or shasum) for the comparisons. Errors are
-// *HostError naming the host.
+// right hash) and returns its absolute path, true: $HOME there as its
+// physical path (no symbolic link), for StagedCommand, which is how that
+// copy must be run. The remote host needs a POSIX sh, find, and sha256sum
+// (or shasum) for the comparisons. Errors are *HostError naming the host.
+//
+// Before it copies anything, Stage checks the cache as sshd's StrictModes
+// checks authorized_keys: $HOME and each component below it that exists,
+// down to the files it would copy, must be owned by the remote user or
+// root, not a symbolic link, and writable by neither group nor others.
+// Otherwise the HostError wraps an *UnsafeCacheError naming the first
+// such path and why, and nothing is copied. The directories that Stage
+// makes are mode 0700. (A cache of another user's, or one that others can
+// write, would let them replace the gorun that the user's agents run.)
 //
 // When it stages gorun (and only then), Stage also puts each of the local
 // files extra (such as the gorun-pmix plugin next to the head's gorun) into
@@ -213,21 +349,31 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	if needGlibc != "" && loader != "" {
 		probe += fmt.Sprintf(probeGlibc, shQuote(loader))
 	}
+	names := []string{"gorun"}
 	for i, p := range extra {
 		name, err := stageName(p, extra[:i])
 		if err != nil {
 			return fail("%v", err)
 		}
 		extras[i] = stagedFile{local: p, name: name}
+		names = append(names, name)
 		probe += fmt.Sprintf(probeExtra, short, name, i)
 	}
+	probe += checkFunc + fmt.Sprintf(probeCheck, chainArgs("${H%/}", short, names...))
 	out, err := runSession(ctx, c, shCommand(probe), nil)
 	if err != nil {
 		return fail("checking %s: %v", wantPath, err)
 	}
 	var wantSum, cacheSum, home, unameOS, unameArch, haveGlibc string
+	var unsafe *UnsafeCacheError
 	noLoader := false
 	for _, line := range strings.Split(out, "\n") {
+		if u, ok := ParseUnsafe(line); ok {
+			if unsafe == nil {
+				unsafe = u
+			}
+			continue
+		}
 		f := strings.Fields(line)
 		if len(f) == 0 {
 			continue
@@ -274,6 +420,9 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	if home == "" || !strings.HasPrefix(home, "/") {
 		return fail("the remote HOME is %q, not an absolute path", home)
 	}
+	if unsafe != nil {
+		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", unsafe), UnsafeHint)
+	}
 	dir := strings.TrimSuffix(home, "/") + "/.cache/gorun/bin/" + short
 	cachePath := dir + "/gorun"
 	// The extra files are read here, before anything is copied.
@@ -298,7 +447,7 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 				fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))
 		}
 		if err := copyTo(ctx, c, stagedFile{local: localExe, name: "gorun", sum: sum, exec: true}, short, cachePath); err != nil {
-			return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
+			return "", false, copyErr(host, err)
 		}
 	}
 	for _, e := range extras {
@@ -306,10 +455,19 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 			continue
 		}
 		if err := copyTo(ctx, c, e, short, dir+"/"+e.name); err != nil {
-			return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
+			return "", false, copyErr(host, err)
 		}
 	}
 	return cachePath, true, nil
+}
+
+// copyErr is the HostError of a copy into the cache of host that failed.
+func copyErr(host string, err error) *HostError {
+	var u *UnsafeCacheError
+	if errors.As(err, &u) {
+		return hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), UnsafeHint)
+	}
+	return hostErr(host, Other, fmt.Errorf("staging gorun: %w", err), "")
 }
 
 // stagedFile is a file that Stage copies into the cache directory.
@@ -370,8 +528,15 @@ func copyTo(ctx context.Context, c *ssh.Client, f stagedFile, short, remotePath 
 	if f.exec {
 		mode = "755"
 	}
-	script := fmt.Sprintf(copyScript, short, f.name, hex.EncodeToString(tok[:]), shQuote(f.sum), st.Size(), mode, f.name)
+	script := checkFunc + fmt.Sprintf(copyScript, short, chainArgs("${H%/}", short), f.name, hex.EncodeToString(tok[:]), shQuote(f.sum), st.Size(), mode, f.name)
 	if _, err := runSession(ctx, c, shCommand(script), r); err != nil {
+		// The script's refusal is its standard error, in err's text.
+		if i := strings.Index(err.Error(), unsafePrefix); i >= 0 {
+			line, _, _ := strings.Cut(err.Error()[i:], "\n")
+			if u, ok := ParseUnsafe(line); ok {
+				return fmt.Errorf("copying %s to %s: %w", f.local, remotePath, u)
+			}
+		}
 		return fail(err)
 	}
 	return nil
