@@ -77,10 +77,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
-	pmi       *pmiState          // this generation's PMI-1 server
-	pmix      *pmixState         // this generation's PMIx server, when the program needs one
-	sockDir   string             // private directory (0700) of the ranks' rendezvous sockets
-	shmLeft   map[string]shmFile // /dev/shm files that killed ranks had mapped
+	pmi       *pmiState  // this generation's PMI-1 server
+	pmix      *pmixState // this generation's PMIx server, when the program needs one
+	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
+	shm       shmSweep   // the /dev/shm files that killed ranks leave
 	fenceMu   sync.Mutex
 	fenceSeq  int
 	fenceWait map[int]chan control.FenceReply
@@ -145,6 +145,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	r := control.NewReader(o.In)
 	headHello, err := control.Handshake(a.w, r, control.Hello{
 		Version: o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(), NUMA: numaNodes(),
+		MaxFiles: openFileLimit(),
 		ConnAddr: cmp.Or(o.ConnAddr, sshAddr(os.Getenv("SSH_CONNECTION"), 2)), ClientAddr: cmp.Or(o.ClientAddr, sshAddr(os.Getenv("SSH_CONNECTION"), 0)),
 	})
 	if err != nil {
@@ -366,6 +367,7 @@ func (a *agent) launch(l control.Launch) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.gen, a.stopped, a.live = l.Generation, false, len(l.Ranks)
+	a.shm.begin()
 	if a.killT != nil {
 		a.killT.Stop()
 	}
@@ -483,6 +485,9 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 		case st.IsDir() || st.Mode()&0o111 == 0:
 			return "", 126, fmt.Sprintf("%s: not an executable file", l.Argv[0])
 		}
+		if code, bad := badInterpreter(prog, l.Dir); bad != "" {
+			return "", code, l.Argv[0] + ": " + bad
+		}
 		return prog, 0, ""
 	}
 	pathVar := ""
@@ -500,6 +505,9 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 		}
 		p := filepath.Join(dir, prog)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			if code, bad := badInterpreter(p, l.Dir); bad != "" {
+				return "", code, p + ": " + bad
+			}
 			return p, 0, ""
 		}
 	}
@@ -696,7 +704,7 @@ func (a *agent) done() {
 	a.pmix.close() // before the orphan sweep, which would take it for one
 	a.pmix = nil
 	killOrphans(time.Second, a.leftovers)
-	a.removeShm()
+	a.shm.sweep()
 	a.leftovers = false
 	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS()})
 }
@@ -720,17 +728,8 @@ func (a *agent) kill(grace time.Duration) {
 		p.stopped = true
 		// MPI libraries leave their shared-memory segments behind when
 		// killed (Open MPI's vader, MPICH's and UCX's): note what the
-		// ranks have mapped, to remove it once they are gone.
-		for _, f := range shmMapped(pid) {
-			var st unix.Stat_t
-			if unix.Lstat(f, &st) != nil {
-				continue
-			}
-			if a.shmLeft == nil {
-				a.shmLeft = map[string]shmFile{}
-			}
-			a.shmLeft[f] = shmFile{dev: uint64(st.Dev), ino: uint64(st.Ino)}
-		}
+		// ranks have mapped, to remove what they made once they are gone.
+		a.shm.note(pid)
 	}
 	a.mu.Unlock()
 	if grace <= 0 {
@@ -780,45 +779,9 @@ func (a *agent) shutdown(grace time.Duration) error {
 	}
 	killOrphans(2*time.Second, careful)
 	a.mu.Lock()
-	a.removeShm()
+	a.shm.sweep()
 	a.mu.Unlock()
 	return nil
-}
-
-// shmMapped lists the files under /dev/shm that process pid has mapped.
-func shmMapped(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		i := strings.Index(line, " /dev/shm/")
-		if i < 0 || strings.HasSuffix(line, " (deleted)") {
-			continue
-		}
-		out = append(out, line[i+1:])
-	}
-	return out
-}
-
-// shmFile identifies a shared-memory file a killed rank had mapped.
-type shmFile struct{ dev, ino uint64 }
-
-// removeShm removes the shared-memory files that killed ranks had mapped,
-// when they are still there, this user's, and the same files (a name
-// that a later job's process made anew, after a pid was reused, is not
-// touched). a.mu must be held.
-func (a *agent) removeShm() {
-	uid := uint32(os.Getuid())
-	for f, id := range a.shmLeft {
-		var st unix.Stat_t
-		if unix.Lstat(f, &st) == nil && st.Uid == uid && st.Mode&unix.S_IFMT == unix.S_IFREG &&
-			uint64(st.Dev) == id.dev && uint64(st.Ino) == id.ino {
-			os.Remove(f)
-		}
-	}
-	a.shmLeft = nil
 }
 
 // killOrphans kills and reaps every remaining child of the agent: ranks'

@@ -73,6 +73,11 @@ type Options struct {
 	// PMIx is PMIxAuto, PMIxOn or PMIxOff: whether agents serve PMIx
 	// (through the gorun-pmix plugin) to Open MPI programs.
 	PMIx string
+	// KVRankBudget and KVJobBudget bound the rendezvous store: what one
+	// rank may put, and what the job may hold, in a generation
+	// (--kv-rank-budget, --kv-job-budget); zero fields take package
+	// rendezvous's defaults.
+	KVRankBudget, KVJobBudget rendezvous.Budget
 
 	Starter Starter // nil = LocalStarter
 	// Alloc is the resource manager's allocation the job runs in, if any:
@@ -259,6 +264,9 @@ type event struct {
 	signaled *control.Signal
 	msg      string // TypeError text
 	err      error  // the agent's channel failed or ended (frame 0)
+	// outputLost says that a rank's output could not be written to its
+	// --output-filename file.
+	outputLost string
 }
 
 type agentConn struct {
@@ -346,6 +354,12 @@ func (h *head) run(ctx context.Context) (int, error) {
 			return ExitOK, nil
 		}
 	}
+	if o.PrintEnv < 0 {
+		if err := h.checkFiles(); err != nil {
+			h.stopAgents()
+			return ExitUsage, err
+		}
+	}
 	if h.master, err = h.masterAddr(); err != nil {
 		h.stopAgents()
 		return ExitLaunch, err
@@ -355,7 +369,8 @@ func (h *head) run(ctx context.Context) (int, error) {
 		h.stopAgents()
 		return code, err
 	}
-	if h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: storeFenceTimeout(h.o.RendezvousTimeout)}); err != nil {
+	if h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: storeFenceTimeout(h.o.RendezvousTimeout),
+		Budget: rendezvous.Budget{Keys: o.KVJobBudget.Keys, Bytes: o.KVJobBudget.Bytes, Setting: JobBudgetSetting}}); err != nil {
 		h.stopAgents()
 		return ExitLaunch, err
 	}
@@ -403,12 +418,13 @@ const (
 	reasonTimeout
 	reasonSignal
 	reasonAgentLost
+	reasonOutputLost
 )
 
 type result struct {
 	reason reason
 	signal syscall.Signal // reasonSignal: what gorun received
-	lost   string         // reasonAgentLost: which host, why
+	lost   string         // reasonAgentLost: which host, why; reasonOutputLost: whose output, why
 }
 
 // generation runs one start of the whole job until every agent is done.
@@ -503,7 +519,13 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 						rep.Err = err.Error()
 						h.fenceTimedOut(f.Generation, err)
 					}
-					h.agents[node].w.Send(control.TypeFenceRe, rep)
+					w := h.agents[node].w
+					if err := w.Send(control.TypeFenceRe, rep); errors.Is(err, control.ErrProtocol) {
+						// More than one frame carries: fail the fence
+						// rather than leave the host waiting for it.
+						w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq,
+							Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)})
+					}
 				}(e.node, e.fence)
 			case e.abort != nil:
 				x := e.abort
@@ -543,6 +565,13 @@ func (h *head) generation(gen int, sigs chan os.Signal, timeout <-chan time.Time
 				if e.done.Generation == gen {
 					h.agents[e.node].maxRSS = e.done.MaxRSS
 					pending--
+				}
+			case e.outputLost != "":
+				if res.reason == reasonSuccess {
+					res = result{reason: reasonOutputLost, lost: e.outputLost}
+					if !stopping {
+						stop(o.Grace)
+					}
 				}
 			case e.msg != "":
 				h.notef("gorun: agent on %s: %s\n", h.plan.Nodes[e.node].Host.Name, e.msg)
@@ -675,7 +704,9 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
 		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),
-			FenceTimeout: h.o.RendezvousTimeout},
+			FenceTimeout: h.o.RendezvousTimeout,
+			RankBudget:   control.KVBudget{Keys: h.o.KVRankBudget.Keys, Bytes: h.o.KVRankBudget.Bytes},
+			JobBudget:    control.KVBudget{Keys: h.o.KVJobBudget.Keys, Bytes: h.o.KVJobBudget.Bytes}},
 		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs, GPUBind: h.o.GPUBind,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
@@ -964,7 +995,12 @@ func (h *head) read(a *agentConn) {
 			if err == nil {
 				err = h.mux.Write(out.Rank, output.Stream(out.Stream), out.Time, out.Data)
 			}
-			_ = err // gorun's own stdout failing (EPIPE) must not stop the job
+			if err != nil && h.o.OutputDir != "" && !errors.Is(err, output.ErrClosed) {
+				// A rank's file (Write names it, once): its output is lost.
+				h.events <- event{node: a.node, outputLost: fmt.Sprintf("rank %d's %s is lost: %v (--output-filename)",
+					out.Rank, output.Stream(out.Stream), strings.TrimPrefix(err.Error(), "output: "))}
+			}
+			// gorun's own stdout failing (EPIPE) must not stop the job.
 			continue
 		case control.TypeStdinAck:
 			select {
@@ -1081,6 +1117,11 @@ func (h *head) printEnv() (int, error) {
 		case e.env != nil:
 			sort.Strings(e.env.Env)
 			for _, kv := range e.env.Env {
+				if strings.HasPrefix(kv, rendezvous.EnvSecret+"=") {
+					// A throwaway secret (no job runs), but printed
+					// environments end up in bug reports.
+					kv = rendezvous.EnvSecret + "=<redacted>"
+				}
 				fmt.Fprintln(h.o.Stdout, kv)
 			}
 			return ExitOK, nil

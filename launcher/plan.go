@@ -14,6 +14,12 @@ import (
 // ErrPlan is wrapped by every error about a plan that cannot be met.
 var ErrPlan = errors.New("plan")
 
+// MaxRanks bounds a job's ranks: twice the largest flat MPI jobs run
+// (Fugaku's 7.6 million cores), and below what the head's memory holds
+// (a plan and a record per rank, a few hundred bytes each). A larger
+// -np is a typo, and would fail in an out-of-memory crash.
+const MaxRanks = 1 << 24
+
 // MapBy is a mapping policy: "slot" fills each host's slots in host order,
 // "node" deals ranks round-robin over the hosts, "ppr" places PerNode ranks
 // on every host.
@@ -135,6 +141,12 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 	if np < 0 {
 		return nil, fmt.Errorf("%w: -np %d is negative", ErrPlan, np)
 	}
+	if np > MaxRanks {
+		return nil, fmt.Errorf("%w: -np %d is more than gorun runs (%d ranks at most)", ErrPlan, np, MaxRanks)
+	}
+	if m.PerNode > MaxRanks {
+		return nil, fmt.Errorf("%w: %d ranks per node is more than gorun runs (%d ranks at most)", ErrPlan, m.PerNode, MaxRanks)
+	}
 	src := o.Source
 	if src == "" {
 		src = "the host list"
@@ -176,6 +188,13 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 	}
 	if np == 0 {
 		return nil, fmt.Errorf("%w: no ranks to run", ErrPlan)
+	}
+	if np > MaxRanks || np < 0 { // < 0: the slots' sum overflowed
+		from := "one per slot of " + src
+		if m.Policy == "ppr" {
+			from = fmt.Sprintf("%s on %d hosts", m, len(hosts))
+		}
+		return nil, fmt.Errorf("%w: %s is more ranks than gorun runs (%d at most); give -np", ErrPlan, from, MaxRanks)
 	}
 	order := make([]int, 0, np) // host index of each rank, in rank order
 	switch m.Policy {

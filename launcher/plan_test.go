@@ -46,6 +46,14 @@ func TestNewPlan(t *testing.T) {
 		{name: "ppr beyond slots needs oversubscribe", hosts: hosts("a", 1), o: PlanOptions{NPerNode: 2}, wantErr: "2 ranks on a is more than its 1 slots"},
 		{name: "conflicting -N and ppr", hosts: hosts("a", 4), o: PlanOptions{NPerNode: 2, MapBy: MapBy{Policy: "ppr", PerNode: 3}}, wantErr: "disagrees"},
 		{name: "no hosts", wantErr: "no hosts"},
+		{name: "np over the bound", hosts: hosts("a", 1), o: PlanOptions{NP: MaxRanks + 1, Oversubscribe: true},
+			wantErr: "-np 16777217 is more than gorun runs (16777216 ranks at most)"},
+		{name: "slots over the bound", hosts: hosts("a", MaxRanks, "b", 1), o: PlanOptions{Source: "--hostfile h"},
+			wantErr: "one per slot of --hostfile h is more ranks than gorun runs (16777216 at most); give -np"},
+		{name: "ppr over the bound", hosts: hosts("a", 1, "b", 1), o: PlanOptions{NPerNode: MaxRanks/2 + 1, Oversubscribe: true},
+			wantErr: "ppr:8388609:node on 2 hosts is more ranks than gorun runs"},
+		{name: "per node over the bound", hosts: hosts("a", 1), o: PlanOptions{NPerNode: MaxRanks + 1, Oversubscribe: true},
+			wantErr: "16777217 ranks per node is more than gorun runs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -99,6 +99,7 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true})
 		},
 		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
+		RankBudget: rankBudget(l), JobBudget: jobBudget(l),
 		Logf: a.log.printf,
 	})
 	if err != nil {
@@ -130,6 +131,7 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 				Msg: "closed its rendezvous connection (GORUN_AGENT_SOCKET) without Close"})
 		},
 		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
+		RankBudget: rankBudget(l), JobBudget: jobBudget(l), Logf: a.log.printf,
 	})
 	if err != nil {
 		return err
@@ -139,6 +141,16 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 	}
 	p.kv, p.sock = kv, filepath.Join(a.sockDir, kvSockName(gen))
 	return nil
+}
+
+// rankBudget and jobBudget are a launch's rendezvous budgets (zero
+// fields: the defaults), with the settings that raise them.
+func rankBudget(l control.Launch) rendezvous.Budget {
+	return rendezvous.Budget{Keys: l.PMI.RankBudget.Keys, Bytes: l.PMI.RankBudget.Bytes, Setting: RankBudgetSetting}
+}
+
+func jobBudget(l control.Launch) rendezvous.Budget {
+	return rendezvous.Budget{Keys: l.PMI.JobBudget.Keys, Bytes: l.PMI.JobBudget.Bytes, Setting: JobBudgetSetting}
 }
 
 // kvSockName is the name of a generation's KV socket in the agent's

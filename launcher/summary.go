@@ -86,7 +86,7 @@ type Summary struct {
 	NP           int           `json:"np"`
 	Hosts        []string      `json:"hosts"`
 	ExitCode     int           `json:"exit_code"`
-	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost
+	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost, output-lost
 	Message      string        `json:"message,omitempty"`
 	FirstFailure *RankRecord   `json:"first_failure,omitempty"`
 	Restarts     int           `json:"restarts"`
@@ -156,6 +156,12 @@ func (h *head) summarize(res result) int {
 	case reasonAgentLost:
 		s.Reason, s.ExitCode, s.Message = "agent-lost", ExitLaunch, res.lost
 		fmt.Fprintf(w, "gorun: job %s failed: %s\n", h.jobID, res.lost)
+	case reasonOutputLost:
+		s.Reason, s.ExitCode, s.Message = "output-lost", ExitLaunch, res.lost
+		fmt.Fprintf(w, "gorun: job %s failed: %s\n", h.jobID, res.lost)
+		if stopped > 0 {
+			fmt.Fprintf(w, "gorun: %d rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
+		}
 	}
 	s.HeadMaxRSS = peakRSS()
 	for i, a := range h.agents {

@@ -21,5 +21,12 @@
 // and a member that leaves ([Store.Leave]) fails every waiter of its
 // generation at once with a [*MemberLeftError] naming it.
 //
+// Nothing grows without bound either: what one rank may put, and what the
+// whole job may hold, in a generation are [Budget]s (keys, and bytes of
+// keys and values). A put over either fails with a [*BudgetError] that
+// names the budget, and the rank's connection stays up; the defaults
+// ([DefaultRankBudget], [DefaultJobBudget]) are far above what MPI
+// libraries and gorun's collectives put.
+//
 // The package imports nothing else of gorun's.
 package rendezvous

@@ -139,6 +139,13 @@ type KVConfig struct {
 	// arrived.
 	FenceTimeout   time.Duration
 	OnFenceTimeout func(missing []int)
+	// RankBudget bounds what one rank may put in a generation, JobBudget
+	// what the job may hold (zero fields: DefaultRankBudget and
+	// DefaultJobBudget). A put over either fails with a *BudgetError,
+	// which the client's Put returns; the connection stays up.
+	RankBudget, JobBudget Budget
+	// Logf, if set, is told of each rank's first refused put.
+	Logf func(format string, args ...any)
 }
 
 // KVServer serves gorun's key-value protocol to one host's Go ranks (see
@@ -169,6 +176,8 @@ func NewKVServer(cfg KVConfig) (*KVServer, error) {
 		return nil, err
 	}
 	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
+	local.setBudgets(cfg.RankBudget, cfg.JobBudget)
+	local.logf = cfg.Logf
 	return &KVServer{cfg: cfg, local: local, connected: map[int]bool{}, conns: map[net.Conn]bool{}}, nil
 }
 
@@ -276,7 +285,10 @@ func (s *KVServer) ServeConn(ctx context.Context, c net.Conn) error {
 				err = send(opErr, "key or value too large, or empty key")
 				break
 			}
-			s.local.put(f[0], f[1])
+			if perr := s.local.put(rank, f[0], f[1]); perr != nil {
+				err = send(opErr, perr.Error())
+				break
+			}
 			err = send(opOK)
 		case opGet:
 			if v, ok := s.local.get(f[0]); ok {

@@ -30,17 +30,26 @@ type fenceWatch struct {
 
 // localKV is what PMIServer and KVServer share: the host's cache of the job's
 // key-values, the local ranks' puts pending for the next fence, and the
-// barrier of the local ranks that turns into one Fencer call.
+// barrier of the local ranks that turns into one Fencer call. Puts are
+// held to a budget per rank and to the job's, which the cache (every
+// key the job published, and this host's pending ones) measures.
 type localKV struct {
 	fencer Fencer
 	ranks  map[int]bool // local ranks
 	watch  fenceWatch
+	rank   Budget // what one local rank may put
+	job    Budget // what the whole job may hold
+	logf   func(format string, args ...any)
 
-	mu      sync.Mutex
-	cache   map[string]string
-	pending map[string]string
-	round   *localRound
-	broken  error // set once a local rank is gone: every later barrier fails
+	mu         sync.Mutex
+	cache      map[string]string
+	cacheBytes int64 // keys and values in cache
+	pending    map[string]string
+	mine       map[int]map[string]int // by local rank: the keys it put, and their sizes
+	mineBytes  map[int]int64
+	refused    map[int]bool // ranks whose refusal was logged
+	round      *localRound
+	broken     error // set once a local rank is gone: every later barrier fails
 }
 
 type localRound struct {
@@ -57,7 +66,12 @@ func newLocalKV(fencer Fencer, ranks []int, preload map[string]string) (*localKV
 	if len(ranks) == 0 {
 		return nil, fmt.Errorf("rendezvous: no local ranks")
 	}
-	l := &localKV{fencer: fencer, ranks: map[int]bool{}, cache: copyMap(preload), pending: map[string]string{}}
+	l := &localKV{fencer: fencer, ranks: map[int]bool{}, cache: map[string]string{}, pending: map[string]string{},
+		rank: DefaultRankBudget, job: DefaultJobBudget,
+		mine: map[int]map[string]int{}, mineBytes: map[int]int64{}, refused: map[int]bool{}}
+	for k, v := range preload {
+		l.store(k, v)
+	}
 	for _, r := range ranks {
 		if r < 0 || l.ranks[r] {
 			return nil, fmt.Errorf("rendezvous: bad or duplicate local rank %d", r)
@@ -67,11 +81,68 @@ func newLocalKV(fencer Fencer, ranks []int, preload map[string]string) (*localKV
 	return l, nil
 }
 
-func (l *localKV) put(key, value string) {
+// setBudgets sets the budgets; zero fields keep the defaults.
+func (l *localKV) setBudgets(rank, job Budget) {
+	l.rank, l.job = rank.or(DefaultRankBudget), job.or(DefaultJobBudget)
+}
+
+// store puts key=value in the cache, counting its bytes. l.mu must be
+// held (or l not yet shared).
+func (l *localKV) store(key, value string) {
+	if old, ok := l.cache[key]; ok {
+		l.cacheBytes -= int64(len(key) + len(old))
+	}
+	l.cache[key] = value
+	l.cacheBytes += int64(len(key) + len(value))
+}
+
+// put stages rank's key=value for the next fence, or refuses it with a
+// *BudgetError when it would take the rank or the job over its budget. A
+// put that does not grow what is held (a key put again, no larger) is
+// never refused.
+func (l *localKV) put(rank int, key, value string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.cache[key] = value
+	size := len(key) + len(value)
+	mine := l.mine[rank]
+	old, had := mine[key]
+	keys, bytes := len(mine), l.mineBytes[rank]-int64(old)+int64(size)
+	if !had {
+		keys++
+	}
+	grows := !had || size > old
+	if grows && (keys > l.rank.Keys || bytes > l.rank.Bytes) {
+		return l.refuse(&BudgetError{Rank: rank, Key: key, Budget: l.rank, Keys: keys, Bytes: bytes})
+	}
+	cached, inCache := l.cache[key]
+	jobKeys, jobBytes := len(l.cache), l.cacheBytes+int64(size)
+	if inCache {
+		jobBytes -= int64(len(key) + len(cached))
+	} else {
+		jobKeys++
+	}
+	if grows && (jobKeys > l.job.Keys || jobBytes > l.job.Bytes) {
+		return l.refuse(&BudgetError{Rank: rank, Key: key, Job: true, Budget: l.job, Keys: jobKeys, Bytes: jobBytes})
+	}
+	if mine == nil {
+		mine = map[string]int{}
+		l.mine[rank] = mine
+	}
+	mine[key] = size
+	l.mineBytes[rank] = bytes
+	l.store(key, value)
 	l.pending[key] = value
+	return nil
+}
+
+// refuse logs a rank's first refused put (the rank may not show its
+// error) and returns err. l.mu must be held.
+func (l *localKV) refuse(err *BudgetError) error {
+	if l.logf != nil && !l.refused[err.Rank] {
+		l.refused[err.Rank] = true
+		l.logf("%v", err)
+	}
+	return err
 }
 
 func (l *localKV) get(key string) (string, bool) {
@@ -124,7 +195,7 @@ func (l *localKV) barrier(ctx context.Context, rank int) error {
 	l.mu.Lock()
 	if err == nil {
 		for k, v := range res {
-			l.cache[k] = v
+			l.store(k, v)
 		}
 	} else if l.broken == nil {
 		l.broken = err

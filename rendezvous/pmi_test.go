@@ -180,38 +180,79 @@ func (p *pmiClient) call(line string) string {
 	return r
 }
 
+// TestPMIServerSessionReplay replays sessions of one rank (local rank 0 of
+// 4, kvsname kvs_gorun_1, PMI_process_mapping (vector,(0,1,4))) from
+// testdata: "-> request" lines, each followed by its exact "<- reply"
+// lines (none for abort).
 func TestPMIServerSessionReplay(t *testing.T) {
-	st, _ := NewStore(1, StoreOptions{})
-	s, err := NewPMIServer(PMIConfig{Size: 4, Ranks: []int{0}, KVSName: "kvs_gorun_1",
-		ProcessMapping: "(vector,(0,1,4))", Fencer: st.Member(0, 0)})
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		file     string
+		rank     Budget
+		job      Budget
+		want     map[string]string // in the store afterwards
+		refusals int               // lines the server logs
+	}{
+		{file: "pmi-session.txt", want: map[string]string{"-bcast-1-0": "2F6465762F73686D"}},
+		{file: "pmi-budget-rank.txt", rank: Budget{Keys: 2, Bytes: 40, Setting: "--kv-rank-budget"},
+			want: map[string]string{"a": "x", "c": "shorter", "b": ""}, refusals: 1},
+		{file: "pmi-budget-job.txt", job: Budget{Keys: 3, Bytes: 100, Setting: "--kv-job-budget"},
+			want: map[string]string{"a": "012345678", "c": "1", "b": "", "d": ""}, refusals: 1},
 	}
-	a, b := net.Pipe()
-	errc := make(chan error, 1)
-	go func() { errc <- s.ServeConn(context.Background(), a, 0) }()
-	c := newPMIClient(t, b)
-	lines := readTestLines(t, "pmi-session.txt")
-	for i := 0; i < len(lines); i++ {
-		req, ok := strings.CutPrefix(lines[i], "-> ")
-		if !ok {
-			t.Fatalf("testdata line %q is not a request", lines[i])
-		}
-		c.send(req)
-		for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "<- ") {
-			i++
-			got, err := c.recv()
-			if want := strings.TrimPrefix(lines[i], "<- "); err != nil || got != want {
-				t.Errorf("after %q: got %q (%v), want %q", req, got, err, want)
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			st, _ := NewStore(1, StoreOptions{})
+			var mu sync.Mutex
+			var logged []string
+			s, err := NewPMIServer(PMIConfig{Size: 4, Ranks: []int{0}, KVSName: "kvs_gorun_1",
+				ProcessMapping: "(vector,(0,1,4))", Fencer: st.Member(0, 0), RankBudget: tt.rank, JobBudget: tt.job,
+				Logf: func(format string, args ...any) {
+					mu.Lock()
+					logged = append(logged, fmt.Sprintf(format, args...))
+					mu.Unlock()
+				}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-	}
-	b.Close()
-	if err := <-errc; err != nil {
-		t.Errorf("ServeConn: %v", err)
-	}
-	if v, ok := st.Get(0, "-bcast-1-0"); !ok || v != "2F6465762F73686D" {
-		t.Errorf("store has -bcast-1-0 = %q, %v", v, ok)
+			a, b := net.Pipe()
+			errc := make(chan error, 1)
+			go func() { errc <- s.ServeConn(context.Background(), a, 0) }()
+			c := newPMIClient(t, b)
+			lines := readTestLines(t, tt.file)
+			for i := 0; i < len(lines); i++ {
+				req, ok := strings.CutPrefix(lines[i], "-> ")
+				if !ok {
+					t.Fatalf("testdata line %q is not a request", lines[i])
+				}
+				c.send(req)
+				for i+1 < len(lines) && strings.HasPrefix(lines[i+1], "<- ") {
+					i++
+					got, err := c.recv()
+					if want := strings.TrimPrefix(lines[i], "<- "); err != nil || got != want {
+						t.Errorf("after %q: got %q (%v), want %q", req, got, err, want)
+					}
+				}
+			}
+			b.Close()
+			if err := <-errc; err != nil {
+				t.Errorf("ServeConn: %v", err)
+			}
+			for k, want := range tt.want {
+				if v, ok := st.Get(0, k); v != want || ok != (want != "") {
+					t.Errorf("store has %s = %q, %v; want %q", k, v, ok, want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var refusals []string
+			for _, l := range logged {
+				if strings.Contains(l, "refused") {
+					refusals = append(refusals, l)
+				}
+			}
+			if len(refusals) != tt.refusals {
+				t.Errorf("the server logged %d refusals, want %d (the first of each rank): %q", len(refusals), tt.refusals, refusals)
+			}
+		})
 	}
 }
 

@@ -54,7 +54,13 @@ type PMIConfig struct {
 	// failed, or a local rank is gone). The waiting ranks' connections are
 	// closed, so their PMI call fails instead of hanging.
 	OnFenceError func(err error)
-	// Logf, if set, receives protocol errors and unsupported commands.
+	// RankBudget bounds what one rank may put in a generation, JobBudget
+	// what the job may hold (zero fields: DefaultRankBudget and
+	// DefaultJobBudget). A put over either gets rc=-1 with a msg that
+	// names the budget; the connection stays up.
+	RankBudget, JobBudget Budget
+	// Logf, if set, receives protocol errors, unsupported commands and
+	// each rank's first refused put.
 	Logf func(format string, args ...any)
 }
 
@@ -109,6 +115,8 @@ func NewPMIServer(cfg PMIConfig) (*PMIServer, error) {
 		return nil, err
 	}
 	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
+	local.setBudgets(cfg.RankBudget, cfg.JobBudget)
+	local.logf = cfg.Logf
 	return &PMIServer{cfg: cfg, local: local, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
 }
 
@@ -346,7 +354,9 @@ func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err erro
 		case len(value) >= PMIValLenMax:
 			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "value_too_long"))
 		}
-		s.local.put(key, value)
+		if err := s.local.put(pc.rank, key, value); err != nil {
+			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
+		}
 		return false, pc.reply(formatPMI("put_result", "rc", "0", "msg", "success"))
 	case "get":
 		key := m.Args["key"]

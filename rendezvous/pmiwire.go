@@ -130,6 +130,18 @@ func formatPMI(cmd string, kv ...string) string {
 	return b.String()
 }
 
+// pmiToken makes text one PMI value of at most n bytes: spaces and
+// control characters become underscores.
+func pmiToken(text string, n int) string {
+	b := []byte(truncate(text, n))
+	for i, c := range b {
+		if c <= ' ' || c == 0x7f {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
 // pmiValueOK reports whether v can travel as a PMI value (no spaces or
 // control characters that would break the line).
 func pmiValueOK(v string) bool {

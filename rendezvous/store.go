@@ -13,10 +13,9 @@ import (
 // Default limits of a Store. They are generous because gorun's own clients
 // store transport addresses; the PMI wire limits are enforced by PMIServer.
 const (
-	DefaultMaxKeyLen     = 1024
-	DefaultMaxValueLen   = 1 << 20
-	DefaultFenceTimeout  = 5 * time.Minute
-	defaultMaxKeysPerGen = 1 << 20
+	DefaultMaxKeyLen    = 1024
+	DefaultMaxValueLen  = 1 << 20
+	DefaultFenceTimeout = 5 * time.Minute
 )
 
 // ErrTooLarge is wrapped by errors about keys or values over a limit.
@@ -29,8 +28,10 @@ type StoreOptions struct {
 	MaxKeyLen int
 	// MaxValueLen is the longest value in bytes (default DefaultMaxValueLen).
 	MaxValueLen int
-	// MaxKeys bounds the number of keys of one generation (default 1<<20).
-	MaxKeys int
+	// Budget bounds the keys and bytes of one generation (zero fields:
+	// DefaultJobBudget): a Put or a Fence whose puts would go over it
+	// fails with a *BudgetError.
+	Budget Budget
 	// FenceTimeout is how long a fence may wait, counted from the first
 	// member's arrival, before it fails for everyone (default
 	// DefaultFenceTimeout).
@@ -44,9 +45,7 @@ func (o StoreOptions) withDefaults() StoreOptions {
 	if o.MaxValueLen <= 0 {
 		o.MaxValueLen = DefaultMaxValueLen
 	}
-	if o.MaxKeys <= 0 {
-		o.MaxKeys = defaultMaxKeysPerGen
-	}
+	o.Budget = o.Budget.or(DefaultJobBudget)
 	if o.FenceTimeout <= 0 {
 		o.FenceTimeout = DefaultFenceTimeout
 	}
@@ -104,12 +103,16 @@ type Store struct {
 }
 
 type generation struct {
-	kv      map[string]string
-	staged  map[string]string // Put but not yet published by a fence
-	round   *fenceRound       // fence in progress, nil if none
-	left    *MemberLeftError  // first member to leave, nil if none
-	fences  int               // completed fences
-	nstored int
+	kv     map[string]string
+	staged map[string]string // Put but not yet published by a fence
+	round  *fenceRound       // fence in progress, nil if none
+	left   *MemberLeftError  // first member to leave, nil if none
+	fences int               // completed fences
+	// keys and bytes measure what the generation holds once its puts are
+	// published: every key in kv, staged and the round's puts, once, at
+	// the size it was last put with.
+	keys  int
+	bytes int64
 }
 
 type fenceRound struct {
@@ -164,11 +167,51 @@ func (s *Store) Put(gen int, key, value string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	g := s.gen(gen)
-	if g.nstored >= s.opts.MaxKeys {
-		return fmt.Errorf("%w: generation %d holds %d keys", ErrTooLarge, gen, g.nstored)
+	if err := s.admitLocked(g, map[string]string{key: value}); err != nil {
+		return err
 	}
-	g.nstored++
 	g.staged[key] = value
+	return nil
+}
+
+// sizeOf is the size key holds in g (key and latest value), if any.
+func (g *generation) sizeOf(key string) (int, bool) {
+	if g.round != nil {
+		if v, ok := g.round.puts[key]; ok {
+			return len(key) + len(v), true
+		}
+	}
+	if v, ok := g.staged[key]; ok {
+		return len(key) + len(v), true
+	}
+	v, ok := g.kv[key]
+	return len(key) + len(v), ok
+}
+
+// admitLocked counts puts into g, or refuses them all with a
+// *BudgetError when they would take it over the store's budget. s.mu
+// must be held.
+func (s *Store) admitLocked(g *generation, puts map[string]string) error {
+	keys, bytes, grows := g.keys, g.bytes, false
+	first := ""
+	for k, v := range puts {
+		old, had := g.sizeOf(k)
+		if !had {
+			keys++
+		}
+		bytes += int64(len(k)+len(v)) - int64(old)
+		if !had || len(k)+len(v) > old {
+			grows = true
+			if first == "" || k < first {
+				first = k
+			}
+		}
+	}
+	b := s.opts.Budget
+	if grows && (keys > b.Keys || bytes > b.Bytes) {
+		return &BudgetError{Rank: -1, Key: first, Job: true, Budget: b, Keys: keys, Bytes: bytes}
+	}
+	g.keys, g.bytes = keys, bytes
 	return nil
 }
 
@@ -201,8 +244,10 @@ func (s *Store) Fences(gen int) int {
 // and the staged Puts), so that members can cache them and answer gets
 // locally. It fails with a *FenceTimeoutError when the fence does not
 // complete within the store's FenceTimeout, with a *MemberLeftError when a
-// member left the generation, and with the context's error when ctx ends
-// (which also fails the fence for everyone, naming this member).
+// member left the generation, with a *BudgetError (for everyone) when the
+// puts would take the generation over the store's Budget, and with the
+// context's error when ctx ends (which also fails the fence for everyone,
+// naming this member).
 func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]string) (map[string]string, error) {
 	if member < 0 || member >= s.members {
 		return nil, fmt.Errorf("rendezvous: member %d out of range [0,%d)", member, s.members)
@@ -219,9 +264,18 @@ func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]stri
 		s.mu.Unlock()
 		return nil, err
 	}
-	if g.nstored+len(puts) > s.opts.MaxKeys {
+	if g.round != nil && g.round.arrived[member] {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: generation %d would hold more than %d keys", ErrTooLarge, gen, s.opts.MaxKeys)
+		return nil, fmt.Errorf("rendezvous: member %d arrived twice at fence %d of generation %d", member, g.fences+1, gen)
+	}
+	if err := s.admitLocked(g, puts); err != nil {
+		// The fence cannot complete with these puts, nor without them:
+		// it fails for everyone now rather than at its timeout.
+		if g.round != nil {
+			s.finishLocked(g, g.round, err)
+		}
+		s.mu.Unlock()
+		return nil, err
 	}
 	r := g.round
 	if r == nil {
@@ -243,12 +297,7 @@ func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]stri
 			s.finishLocked(g, r, &FenceTimeoutError{Gen: gen, Missing: missing, Timeout: timeout})
 		})
 	}
-	if r.arrived[member] {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("rendezvous: member %d arrived twice at fence %d of generation %d", member, g.fences+1, gen)
-	}
 	r.arrived[member] = true
-	g.nstored += len(puts)
 	for k, v := range puts {
 		r.puts[k] = v
 	}

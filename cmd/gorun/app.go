@@ -16,6 +16,7 @@ import (
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -36,7 +37,8 @@ EXIT STATUS:
    128+N    the first rank to fail was killed by signal N, or gorun got signal N
    2        usage, configuration, host list or plan error: nothing started
    124      --timeout expired
-   125      gorun itself failed while the job ran (an agent was lost)
+   125      gorun itself failed while the job ran (an agent was lost, or a
+            rank's --output-filename file could not be written)
    126      the program is not executable;  127  the program was not found
 
 Long flags also work with one dash, as mpirun users type them: -np 4.
@@ -304,6 +306,12 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
+	var budgets [2]rendezvous.Budget
+	for i, n := range []string{"kv-rank-budget", "kv-job-budget"} {
+		if budgets[i], err = rendezvous.ParseBudget(get(n)); err != nil {
+			return launcher.Options{}, usage(fmt.Errorf("--%s: %w", n, err))
+		}
+	}
 	switch get("pmix") {
 	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
 	default:
@@ -320,6 +328,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		Iface: get("iface"), Plugin: plugin, Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
+		KVRankBudget: budgets[0], KVJobBudget: budgets[1],
 		SSH: s.ssh(),
 	}
 	return o, nil

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +41,11 @@ func TestPrintEnv(t *testing.T) {
 	}
 	if env["GORUN_JOB_ID"] == "" {
 		t.Error("no GORUN_JOB_ID")
+	}
+	// The secret is there, but not its value: printed environments end
+	// up in bug reports.
+	if v, ok := env["GORUN_JOB_SECRET"]; !ok || v != "<redacted>" {
+		t.Errorf("GORUN_JOB_SECRET=%q (present: %v), want <redacted>", v, ok)
 	}
 }
 
@@ -76,6 +86,11 @@ func TestPrintEnvMatchesRank(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
+	var hosts17 []string
+	for i := range 17 {
+		hosts17 = append(hosts17, fmt.Sprintf("h%d:1000000", i))
+	}
+	manySlots := strings.Join(hosts17, ",")
 	dir := t.TempDir()
 	hosts := filepath.Join(dir, "hosts")
 	os.WriteFile(hosts, []byte("# two slots\nlocalhost slots=2\n"), 0o644)
@@ -96,6 +111,11 @@ func TestUsageErrors(t *testing.T) {
 		{"no program", []string{"-np", "2"}, []string{"no program"}},
 		{"bad --pmix", []string{"--pmix", "maybe", "true"}, []string{"--pmix", "maybe", "auto, on or off"}},
 		{"print-env out of range", []string{"--print-env", "7", "-np", "2", "true"}, []string{"--print-env 7", "0-1"}},
+		// It used to die of an out-of-memory crash, with a stack dump.
+		{"np over the bound", []string{"-np", "2000000000", "true"}, []string{"-np 2000000000 is more than gorun runs (16777216 ranks at most)"}},
+		{"slots over the bound", []string{"-H", manySlots, "true"}, []string{"one per slot of -H", "16777216"}},
+		{"bad --kv-rank-budget", []string{"--kv-rank-budget", "100", "true"}, []string{"--kv-rank-budget", "want KEYS,BYTES"}},
+		{"bad --kv-job-budget", []string{"--kv-job-budget", "100,5T", "true"}, []string{"--kv-job-budget", "the unit is none of K, M, G"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,6 +123,9 @@ func TestUsageErrors(t *testing.T) {
 			r := runGorun(t, 30*time.Second, nil, tt.args...)
 			if r.code != 2 {
 				t.Errorf("exit %d, want 2", r.code)
+			}
+			if strings.Contains(r.stderr, "goroutine ") {
+				t.Errorf("stderr has a stack dump:\n%s", r.stderr)
 			}
 			for _, w := range tt.want {
 				if !strings.Contains(r.stderr, w) {
@@ -308,5 +331,51 @@ func TestTopoPlan(t *testing.T) {
 		if r.code != 2 || r.stderr == "" {
 			t.Errorf("topo %v: exit %d, stderr %q", args, r.code, r.stderr)
 		}
+	}
+}
+
+// gorun refuses, before any rank starts, more ranks than a host's agent
+// can hold descriptors for, naming the host, the need and the limit; the
+// largest job it allows runs. (Before, -np 100000 started ranks until the
+// agent ran out of descriptors, and failed with exit status 1.)
+func TestOpenFileLimit(t *testing.T) {
+	t.Parallel()
+	// Lowered for gorun, its agent and ranks alone: a shell may always
+	// lower its limits.
+	run := func(args ...string) result {
+		t.Helper()
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", `ulimit -n 1024 && exec "$0" "$@"`, exe}, args...)...)
+		cmd.Env = append(os.Environ(), "GORUN_TEST_MAIN=1")
+		return runCmd(t, ctx, cmd, 60*time.Second)
+	}
+	mark := newMark(t)
+	r := run("-np", "1000", "-x", "GORUN_TEST_MARK="+mark, "sh", "-c", "echo started; sleep 30")
+	if r.code != 2 || r.stdout != "" {
+		t.Fatalf("-np 1000 under ulimit -n 1024: exit %d, stdout %q (want 2 and nothing started)\n%s", r.code, r.stdout, r.stderr)
+	}
+	for _, w := range []string{"localhost: 1000 ranks need", "open files in gorun's agent there, more than its limit of 1024 (ulimit -n)", "ulimit -Hn"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+		}
+	}
+	assertNoSurvivors(t, mark, time.Second)
+	m := regexp.MustCompile(`at most (\d+) ranks fit`).FindStringSubmatch(r.stderr)
+	if m == nil {
+		t.Fatalf("stderr does not say how many ranks fit:\n%s", r.stderr)
+	}
+	fit, _ := strconv.Atoi(m[1])
+	if fit < 200 || fit >= 1000 {
+		t.Fatalf("at most %d ranks fit under 1024 descriptors?", fit)
+	}
+	// As many as fit, all at once (each waits for the others to start).
+	r = run("-np", m[1], "sh", "-c", `echo x >> "$0"; while [ $(wc -l < "$0") -lt $WORLD_SIZE ]; do sleep 0.1; done; echo ok`, filepath.Join(t.TempDir(), "started"))
+	if r.code != 0 || strings.Count(r.stdout, "ok\n") != fit {
+		t.Fatalf("-np %d under ulimit -n 1024: exit %d, %d ranks ok\n%s", fit, r.code, strings.Count(r.stdout, "ok\n"), r.stderr)
 	}
 }

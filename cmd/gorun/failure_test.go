@@ -379,3 +379,49 @@ func childPIDs(pid int) []int {
 	}
 	return out
 }
+
+// A script whose #! interpreter is missing, or cannot be executed, is
+// reported as such (not as a missing script) with the shells' status:
+// 127 for a missing interpreter, 126 for one that cannot run.
+func TestBadInterpreter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "not-exec")
+	if err := os.WriteFile(notExec, []byte("data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		script string // the #! line
+		code   int
+		want   string
+	}{
+		{"missing", "#!/nonexistent/gorun-test-interp -x", launcher.ExitNotFound, "bad interpreter: /nonexistent/gorun-test-interp: no such file"},
+		{"missing, relative", "#! ./no-interp-here", launcher.ExitNotFound, "bad interpreter: ./no-interp-here: no such file"},
+		{"not executable", "#!" + notExec, launcher.ExitNotExec, "bad interpreter: " + notExec + ": permission denied"},
+		{"a directory", "#!" + dir, launcher.ExitNotExec, "bad interpreter: " + dir + ": permission denied"},
+		{"fine", "#!/bin/sh", 0, ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			script := filepath.Join(dir, fmt.Sprintf("script%d.sh", i))
+			if err := os.WriteFile(script, []byte(tt.script+"\necho ran\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r := runGorunIn(t, dir, nil, 30*time.Second, nil, "-np", "2", script)
+			if r.code != tt.code {
+				t.Errorf("exit %d, want %d\n%s", r.code, tt.code, r.stderr)
+			}
+			if tt.want == "" {
+				if r.stdout != "ran\nran\n" {
+					t.Errorf("stdout %q", r.stdout)
+				}
+				return
+			}
+			if w := "could not start: " + script + ": " + tt.want; !strings.Contains(r.stderr, w) {
+				t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+			}
+		})
+	}
+}

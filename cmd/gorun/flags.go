@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/config"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // setting is one flag of the main command, and the config key behind it.
@@ -57,6 +58,8 @@ var settings = []setting{
 	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME`, Go collectives' TCP uses it, and in Slurm the head listens there for its agents (default: by route to the other hosts)"},
 	{name: "launch-fanout", kind: config.Int, def: "0", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun)"},
 	{name: "rendezvous-timeout", kind: config.Duration, def: "5m", arg: "DURATION", usage: "fail a PMI barrier that not every host reaches within `DURATION`, naming the ranks that never arrived"},
+	{name: "kv-rank-budget", kind: config.String, def: rendezvous.DefaultRankBudget.String(), arg: "KEYS,BYTES", usage: "a rank may put at most `KEYS,BYTES` keys and bytes (K, M, G: KiB, MiB, GiB) into the rendezvous store (PMI, Go ranks' KV) per job start; a put over it fails, naming the budget"},
+	{name: "kv-job-budget", kind: config.String, def: rendezvous.DefaultJobBudget.String(), arg: "KEYS,BYTES", usage: "the rendezvous store holds at most `KEYS,BYTES` keys and bytes for the whole job per job start"},
 	{name: "launcher", kind: config.String, def: "auto", arg: "HOW", usage: "how agents reach the hosts: auto (through srun inside a Slurm allocation, hosts from PBS_NODEFILE inside a PBS job, else SSH), local, ssh, slurm or pbs"},
 	{name: "pmix", kind: config.String, def: "auto", arg: "WHEN", usage: "serve PMIx to the ranks (Open MPI, mpi4py) through the gorun-pmix plugin: auto (when the program links Open MPI or imports mpi4py), on or off"},
 	{name: "plugin", kind: config.String, arg: "NAME", usage: "Go ranks' collectives load the transport or collective plugin `NAME` (gorun-plugin-NAME in the plugin directories, or a path): its transport carries the traffic between hosts; see gorun-plugin(7)"},

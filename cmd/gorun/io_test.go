@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/launcher"
 )
 
 // 100 MB of random bytes from one rank arrive byte for byte.
@@ -116,5 +118,34 @@ func TestTimestampOutput(t *testing.T) {
 	r := runGorun(t, 30*time.Second, nil, "-np", "1", "--timestamp-output", "echo", "hello")
 	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z hello\n$`).MatchString(r.stdout) {
 		t.Fatalf("stdout %q", r.stdout)
+	}
+}
+
+// A rank's --output-filename file that cannot be written fails the job,
+// naming the file, instead of losing the rank's output in silence; gorun's
+// own messages reach its stderr in this mode too.
+func TestOutputFilenameUnwritable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A directory where rank 1's stdout should be: no one can open it, root
+	// neither.
+	bad := filepath.Join(dir, "rank.1", "stdout")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runGorun(t, 60*time.Second, nil, "-np", "2", "--output-filename", dir, "sh", "-c", `echo out-$RANK; sleep 20`)
+	if r.code != launcher.ExitLaunch {
+		t.Errorf("exit %d, want %d", r.code, launcher.ExitLaunch)
+	}
+	if w := "rank 1's stdout is lost: open " + bad + ": is a directory (--output-filename)"; !strings.Contains(r.stderr, w) {
+		t.Errorf("stderr lacks %q:\n%s", w, r.stderr)
+	}
+	if r.elapsed > 15*time.Second {
+		t.Errorf("took %v: the job was not stopped", r.elapsed)
+	}
+	// A failing rank is reported on gorun's stderr in this mode too.
+	r = runGorun(t, 60*time.Second, nil, "-np", "2", "--output-filename", t.TempDir(), "sh", "-c", `exit 3`)
+	if r.code != 3 || !strings.Contains(r.stderr, "exited with code 3") {
+		t.Errorf("a failing rank: exit %d\n%s", r.code, r.stderr)
 	}
 }

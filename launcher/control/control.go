@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,15 @@ const MaxFrame = 16 << 20
 
 // maxGarbage bounds what the head skips before the preamble.
 const maxGarbage = 64 << 10
+
+// MaxPreambleLine bounds the rest of the preamble line (the build id and
+// its newline); the reader reads no further.
+const MaxPreambleLine = 256
+
+// growStep is the least a frame's buffer grows by when a frame is larger
+// than it: the buffer doubles as the payload arrives, so that a length
+// field alone allocates at most growStep.
+const growStep = 64 << 10
 
 // ErrProtocol is wrapped by every error about malformed input.
 var ErrProtocol = errors.New("control protocol")
@@ -92,6 +102,11 @@ type Hello struct {
 	// gone. Zero: no heartbeats (a local pipe reports EOF by itself).
 	Beat        time.Duration `json:"beat,omitempty"`
 	BeatTimeout time.Duration `json:"beat_timeout,omitempty"`
+	// MaxFiles is the most descriptors the agent may hold (its soft
+	// RLIMIT_NOFILE, raised to the hard limit): the head refuses a plan
+	// whose ranks on this host would need more. Zero: not said (an older
+	// agent).
+	MaxFiles int `json:"max_files,omitempty"`
 }
 
 // Route asks an agent which of its addresses it would use to reach the
@@ -159,6 +174,18 @@ type PMI struct {
 	Hosts []string `json:"hosts,omitempty"`
 	// FenceTimeout bounds a barrier from its first local rank (--rendezvous-timeout).
 	FenceTimeout time.Duration `json:"fence_timeout,omitempty"`
+	// RankBudget and JobBudget bound the rendezvous puts of one rank and
+	// of the whole job in a generation (--kv-rank-budget,
+	// --kv-job-budget); zero fields take package rendezvous's defaults.
+	RankBudget KVBudget `json:"rank_budget,omitzero"`
+	JobBudget  KVBudget `json:"job_budget,omitzero"`
+}
+
+// KVBudget is a budget of the rendezvous store: at most Keys keys and
+// Bytes of keys and values together.
+type KVBudget struct {
+	Keys  int   `json:"keys,omitempty"`
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // Started reports that ranks' processes run.
@@ -527,19 +554,37 @@ func (r *Reader) SkipPreamble() (garbage []byte, buildID string, err error) {
 		}
 		seen = append(seen, b)
 		if bytes.HasSuffix(seen, []byte(Preamble)) {
-			line, err := r.r.ReadString('\n')
+			garbage := seen[:len(seen)-len(Preamble)]
+			line, err := r.preambleLine()
 			if err != nil {
-				return seen[:len(seen)-len(Preamble)], "", fmt.Errorf("%w: preamble line cut short: %w", ErrProtocol, err)
+				return garbage, "", err
 			}
-			if len(line) > 256 {
-				return seen[:len(seen)-len(Preamble)], "", fmt.Errorf("%w: preamble line too long", ErrProtocol)
-			}
-			return seen[:len(seen)-len(Preamble)], strings.TrimSpace(line), nil
+			return garbage, strings.TrimSpace(line), nil
 		}
 		if len(seen) > maxGarbage+len(Preamble) {
 			return seen[:maxGarbage], "", fmt.Errorf("%w: no preamble in the first %d bytes", ErrProtocol, maxGarbage)
 		}
 	}
+}
+
+// preambleLine reads the rest of the preamble line, newline included, but
+// never more than MaxPreambleLine bytes of it.
+func (r *Reader) preambleLine() (string, error) {
+	var line []byte
+	for len(line) < MaxPreambleLine {
+		b, err := r.r.ReadByte()
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return "", fmt.Errorf("%w: preamble line cut short: %w", ErrProtocol, err)
+		}
+		line = append(line, b)
+		if b == '\n' {
+			return string(line), nil
+		}
+	}
+	return "", fmt.Errorf("%w: preamble line longer than %d bytes", ErrProtocol, MaxPreambleLine)
 }
 
 // Buffered returns what the reader has read ahead and not yet returned.
@@ -569,14 +614,35 @@ func (r *Reader) Next() (Frame, error) {
 	if Type(t) == 0 || Type(t) > maxType {
 		return Frame{}, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, t)
 	}
-	if cap(r.buf) < int(n-1) {
-		r.buf = make([]byte, n-1)
-	}
-	p := r.buf[:n-1]
-	if _, err := io.ReadFull(r.r, p); err != nil {
+	p, err := r.payload(int(n - 1))
+	if err != nil {
 		return Frame{}, fmt.Errorf("%w: stream ended inside a %s frame: %w", ErrProtocol, Type(t), err)
 	}
 	return Frame{Type: Type(t), Payload: p}, nil
+}
+
+// payload reads n bytes into the reader's buffer. A buffer too small for
+// them grows as they arrive (doubling, from growStep), so that a length
+// field that promises more than comes allocates about what came.
+func (r *Reader) payload(n int) ([]byte, error) {
+	if n <= cap(r.buf) {
+		p := r.buf[:n]
+		_, err := io.ReadFull(r.r, p)
+		return p, err
+	}
+	p := r.buf[:0]
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = slices.Grow(p, min(n-len(p), max(len(p), growStep)))
+		}
+		k, err := io.ReadFull(r.r, p[len(p):min(n, cap(p))])
+		p = p[:len(p)+k]
+		if err != nil {
+			return nil, err
+		}
+	}
+	r.buf = p
+	return p, nil
 }
 
 // Handshake sends our Hello and reads the peer's, which must come first

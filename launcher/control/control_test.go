@@ -2,8 +2,11 @@ package control
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -112,6 +115,118 @@ func TestNoPreamble(t *testing.T) {
 	_, _, err := NewReader(bytes.NewReader(bytes.Repeat([]byte("x"), maxGarbage+100))).SkipPreamble()
 	if !errors.Is(err, ErrProtocol) {
 		t.Fatalf("SkipPreamble = %v, want ErrProtocol", err)
+	}
+}
+
+// endless yields bytes of b and counts them: a line that never ends, as
+// far as a bounded reader can tell. (It fails after 16 MiB, so that a
+// reader that is not bounded fails instead of eating the machine.)
+type endless struct {
+	b    byte
+	read int
+}
+
+func (e *endless) Read(p []byte) (int, error) {
+	if e.read >= 16<<20 {
+		return 0, errors.New("endless: read 16 MiB")
+	}
+	for i := range p {
+		p[i] = e.b
+	}
+	e.read += len(p)
+	return len(p), nil
+}
+
+// A preamble line that never ends is refused after MaxPreambleLine bytes,
+// having read no more than one buffer of the stream (64 KiB).
+func TestPreambleLineBounded(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		rest []byte // after the preamble
+		id   string
+		want string // in the error; "" = no error
+	}{
+		{"build id", []byte(" abc/def\n"), "abc/def", ""},
+		{"longest line", append(bytes.Repeat([]byte("i"), MaxPreambleLine-1), '\n'), strings.Repeat("i", MaxPreambleLine-1), ""},
+		{"one byte over", append(bytes.Repeat([]byte("i"), MaxPreambleLine), '\n'), "", "longer than 256 bytes"},
+		{"cut short", []byte(" abc"), "", "cut short"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := append([]byte("motd\n"+Preamble), tt.rest...)
+			garbage, id, err := NewReader(bytes.NewReader(in)).SkipPreamble()
+			if string(garbage) != "motd\n" || id != tt.id {
+				t.Errorf("SkipPreamble = %q, %q", garbage, id)
+			}
+			if tt.want == "" && err != nil || tt.want != "" && (!errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("SkipPreamble error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+	src := &endless{b: 'x'}
+	_, _, err := NewReader(io.MultiReader(strings.NewReader(Preamble), src)).SkipPreamble()
+	if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "longer than") {
+		t.Errorf("SkipPreamble of an endless line = %v, want it refused as too long", err)
+	}
+	if src.read > 64<<10 {
+		t.Fatalf("SkipPreamble read %d bytes of an endless line; want at most one buffer (64 KiB)", src.read)
+	}
+}
+
+// A frame whose length field promises more than arrives allocates about
+// what arrived, not what was promised.
+func TestFrameBufferGrowsWithData(t *testing.T) {
+	// Not parallel: it measures the allocations of the whole process.
+	tests := []struct {
+		name string
+		body int // bytes of payload that arrive after the header
+	}{
+		{"no body", 0},
+		{"a little", 1000},
+		{"a megabyte", 1 << 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := binary.BigEndian.AppendUint32(nil, MaxFrame)
+			in = append(in, byte(TypeOutput))
+			in = append(in, make([]byte, tt.body)...)
+			src := bytes.NewReader(in)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err := NewReader(src).Next()
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, ErrProtocol) {
+				t.Fatalf("Next = %v, want ErrProtocol (a frame cut short)", err)
+			}
+			// The bufio.Reader's 64 KiB, buffers doubling up to twice the
+			// payload (four times it in all), and room for what the race
+			// detector allocates: far below the 16 MiB promised.
+			limit := uint64(64<<10 + 6*max(tt.body, growStep) + 1<<20)
+			if got := after.TotalAlloc - before.TotalAlloc; got > limit {
+				t.Fatalf("a %d-byte frame header with %d bytes of payload allocated %d bytes; want at most %d", MaxFrame, tt.body, got, limit)
+			}
+		})
+	}
+	// A whole frame larger than the buffer still arrives intact, and a
+	// later smaller one reuses the buffer.
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	big := bytes.Repeat([]byte("0123456789"), 300_000)
+	w.SendOutput(Output{Rank: 1, Stream: 1, Data: big})
+	w.SendOutput(Output{Rank: 2, Stream: 2, Data: []byte("small")})
+	r := NewReader(&buf)
+	for _, want := range [][]byte{big, []byte("small")} {
+		f, err := r.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := f.Output()
+		if err != nil || !bytes.Equal(o.Data, want) {
+			t.Fatalf("output of %d bytes came back as %d bytes, %v", len(want), len(o.Data), err)
+		}
 	}
 }
 

@@ -20,5 +20,8 @@
 // [Hello.Proto] differs from [Version] is refused.
 //
 // The package does not decide what the messages mean: package launcher
-// does. It only moves them, bounded ([MaxFrame]) and checked.
+// does. It only moves them, bounded ([MaxFrame]) and checked, and reads
+// no more than it must: the preamble line at most [MaxPreambleLine] bytes,
+// and a frame's payload into a buffer that grows as the bytes arrive, not
+// as the length field promises.
 package control

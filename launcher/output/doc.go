@@ -28,7 +28,8 @@
 // Dir/rank.<r>/stdout and Dir/rank.<r>/stderr, byte-exact and without tags
 // (timestamps still apply per line if asked; tag options are ignored). Files
 // are opened lazily and appended to, so a restarted job continues the same
-// files; CloseRank closes a rank's files.
+// files; CloseRank closes a rank's files. [Mux.Notice] still writes to
+// gorun's stderr.
 //
 // The first error writing to an output is returned once; after that the Mux
 // keeps accepting data for that output and discards it, so the job can still

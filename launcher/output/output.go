@@ -60,8 +60,9 @@ type Options struct {
 	SameTerminal bool
 
 	// Stdout and Stderr are gorun's own outputs; nil means os.Stdout and
-	// os.Stderr. They are not used in directory mode. If both are the same
-	// (comparable) writer, line state is shared between the two streams.
+	// os.Stderr. In directory mode only Stderr is used, by Notice. If
+	// both are the same (comparable) writer, line state is shared between
+	// the two streams.
 	Stdout, Stderr io.Writer
 	// Tag prefixes every line with "[rank] ".
 	Tag bool
@@ -158,17 +159,19 @@ func New(o Options) (*Mux, error) {
 	if m.delay <= 0 {
 		m.delay = DefaultFlushDelay
 	}
-	if o.Dir != "" {
-		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-			return nil, fmt.Errorf("output: %w", err)
-		}
-		return m, nil
-	}
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}
 	if o.Stderr == nil {
 		o.Stderr = os.Stderr
+	}
+	if o.Dir != "" {
+		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("output: %w", err)
+		}
+		// gorun's own messages still go to its stderr.
+		m.outs[Stderr] = &outState{w: o.Stderr}
+		return m, nil
 	}
 	m.outs[Stdout] = &outState{w: o.Stdout}
 	if sameWriter(o.Stdout, o.Stderr) {
@@ -632,7 +635,7 @@ func (m *Mux) Notice(msg string) {
 	if out == nil {
 		return
 	}
-	if so := m.outs[Stdout]; so != out && m.o.SameTerminal {
+	if so := m.outs[Stdout]; so != nil && so != out && m.o.SameTerminal {
 		// Both land on one screen: end the line a rank left open there.
 		so.flush()
 		if so.last != 0 && so.last != '\n' {

@@ -608,6 +608,41 @@ func TestDir(t *testing.T) {
 	}
 }
 
+// In directory mode a rank's file that cannot be opened is reported by
+// Write once, naming the file, and the other files go on; gorun's own
+// notices still reach its stderr.
+func TestDirErrorsAndNotices(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// A directory where rank 1's stdout should be: open fails, even as root.
+	bad := filepath.Join(dir, "rank.1", "stdout")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	m := newMux(t, Options{Dir: dir, Stdout: &stdout, Stderr: &stderr, SameTerminal: true})
+	err := m.Write(1, Stdout, t1, []byte("lost\n"))
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("Write to an unopenable file = %v, want an error naming %s", err, bad)
+	}
+	if err := m.Write(1, Stdout, t1, []byte("lost too\n")); err != nil {
+		t.Fatalf("the second Write reported the error again: %v", err)
+	}
+	if err := m.Write(0, Stdout, t1, []byte("kept\n")); err != nil {
+		t.Fatal(err)
+	}
+	m.Notice("gorun: job failed\n")
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "rank.0", "stdout")); string(b) != "kept\n" {
+		t.Errorf("rank.0/stdout = %q, %v", b, err)
+	}
+	if stderr.String() != "gorun: job failed\n" || stdout.String() != "" {
+		t.Errorf("gorun's stderr got %q and stdout %q; want the notice on stderr alone", stderr.String(), stdout.String())
+	}
+}
+
 // errWriter fails with EPIPE after limit bytes.
 type errWriter struct {
 	mu    sync.Mutex
