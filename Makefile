@@ -10,7 +10,7 @@ CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
 # plugin.
 NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build plugins install-plugins run test check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins clean
+.PHONY: build plugins install-plugins run test check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm clean
 
 # gorun is built with cgo, so that it has NVML (go-nvml dlopens
 # libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
@@ -85,6 +85,11 @@ bench-crossover:
 # plugins/tcpexample against the built-in TCP transport, across 2 netns hosts (root).
 bench-plugins: build
 	./bench/plugins.sh
+
+# gorun -N 1 true across 2 nodes of a real Slurm cluster on this machine
+# (root; OLD=another gorun compares it side by side).
+bench-slurm:
+	./bench/slurm.sh
 
 clean:
 	rm -rf gorun gorun-static gorun-pmix lib bench/.bin bench/results
