@@ -56,8 +56,10 @@ static void seterr(char *err, size_t errlen, const char *what, pmix_status_t rc)
     snprintf(err, errlen, "%s: %s", what, PMIx_Error_string(rc));
 }
 
+/* A client that goConnected does not trust is refused: libpmix then
+ * closes its connection. */
 static pmix_status_t cb_connected(const pmix_proc_t *p, void *obj, pmix_op_cbfunc_t cb, void *cbdata) {
-    goConnected((char *)p->nspace, p->rank);
+    if (goConnected((char *)p->nspace, p->rank) != 0) return PMIX_ERR_NO_PERMISSIONS;
     return PMIX_OPERATION_SUCCEEDED;
 }
 

@@ -198,13 +198,25 @@ func (s *server) state(nspace *C.char, rank C.uint32_t) *pmixbridge.RankState {
 	return s.ranks[C.GoString(nspace)][int(rank)]
 }
 
+// goConnected records that a rank connected, and returns non-zero to
+// refuse the connection when a process of another user is connected to
+// the PMIx server: libpmix 4 serves its clients over TCP, where its
+// "native" security takes a client's word for its uid, so that another
+// user of the node could otherwise join the job as one of its ranks.
+//
 //export goConnected
-func goConnected(nspace *C.char, rank C.uint32_t) {
+func goConnected(nspace *C.char, rank C.uint32_t) C.int {
+	if uid, ok := foreignClient(); ok {
+		fmt.Fprintf(os.Stderr, "gorun-pmix: refused a client as rank %d of %s: a process of uid %d (not this job's user) is connected to the PMIx server\n",
+			int(rank), C.GoString(nspace), uid)
+		return 1
+	}
 	srv.mu.Lock()
 	if st := srv.state(nspace, rank); st != nil {
 		st.Connected = true
 	}
 	srv.mu.Unlock()
+	return 0
 }
 
 //export goFinalized
