@@ -520,3 +520,136 @@ func BenchmarkConnectBack(b *testing.B) {
 		c.Close()
 	}
 }
+
+// Attack 2c of the security review, slowloris on the agents' port: a
+// connection that says nothing, one that dribbles a TLS record, and one
+// that completes TLS (anyone can) and then dribbles its proof are each
+// closed headHandshakeTimeout after they connected; a genuine agent that
+// comes meanwhile is accepted at once, since handshakes run side by side.
+func TestConnectBackSlowloris(t *testing.T) {
+	h := startTestHead(t)
+	dribble := func(c net.Conn, b []byte) {
+		for _, x := range b {
+			if _, err := c.Write([]byte{x}); err != nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	slow := map[string]func() (net.Conn, error){
+		"silent": func() (net.Conn, error) { return net.Dial("tcp", h.addr) },
+		"TLS record": func() (net.Conn, error) {
+			c, err := net.Dial("tcp", h.addr)
+			if err == nil { // a handshake record of 512 bytes, one byte at a time
+				go dribble(c, append([]byte{0x16, 0x03, 0x01, 0x02, 0x00}, bytes.Repeat([]byte{1}, 512)...))
+			}
+			return c, err
+		},
+		"proof": func() (net.Conn, error) {
+			c, err := tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+			if err == nil {
+				go dribble(c, []byte(agentPrefix+"node09 "+strings.Repeat("ab", 32)))
+			}
+			return c, err
+		},
+	}
+	var wg sync.WaitGroup
+	for name, dial := range slow {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		start := time.Now()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			c.SetReadDeadline(start.Add(15 * time.Second))
+			_, err := io.Copy(io.Discard, c)
+			d := time.Since(start)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Errorf("%s: still open after %v", name, d)
+			} else if d < headHandshakeTimeout-500*time.Millisecond || d > headHandshakeTimeout+3*time.Second {
+				t.Errorf("%s: closed after %v, want %v", name, d, headHandshakeTimeout)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	h.agentEnv(t)
+	start := time.Now()
+	c, err := DialHead(h.addr, "node02")
+	if err != nil {
+		t.Fatalf("a genuine agent during the slowloris: %v", err)
+	}
+	defer c.Close()
+	select {
+	case a := <-h.arrived:
+		if a.node != "node02" {
+			t.Errorf("arrived as %q", a.node)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("the genuine agent was accepted after %v, behind the slow connections", d)
+		}
+	case <-time.After(headHandshakeTimeout + 5*time.Second):
+		t.Fatalf("the genuine agent never arrived; the head said %q", h.log.String())
+	}
+	wg.Wait()
+	waitFor(t, func() bool { return h.refused.count() == 3 }, "three refusals")
+	select {
+	case a := <-h.arrived:
+		t.Errorf("a slow connection arrived as %q", a.node)
+	default:
+	}
+}
+
+// Attack 2d of the security review: 1 MiB without a newline on the
+// agents' port, as junk before TLS and in place of the proof after it (the
+// head shows its certificate to anyone), is refused at once, well before
+// the handshake's timeout: the proof line is read to 512 bytes at most.
+func TestConnectBackLongLine(t *testing.T) {
+	mib := bytes.Repeat([]byte("a"), 1<<20)
+	for _, tt := range []struct {
+		name string
+		tls  bool
+		want string
+	}{
+		{"junk", false, "not a gorun agent (TLS:"},
+		{"after TLS", true, "not a gorun agent: line too long"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startTestHead(t)
+			var c net.Conn
+			var err error
+			if tt.tls {
+				c, err = tls.Dial("tcp", h.addr, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+			} else {
+				c, err = net.Dial("tcp", h.addr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			start := time.Now()
+			go c.Write(append([]byte(agentPrefix), mib...))
+			waitFor(t, func() bool { return h.refused.count() == 1 }, "the refusal")
+			if d := time.Since(start); d > 3*time.Second {
+				t.Errorf("refused after %v, want at once", d)
+			}
+			if log := h.log.String(); !strings.Contains(log, tt.want) {
+				t.Errorf("the head said %q, want %q", log, tt.want)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.Copy(io.Discard, c); err != nil {
+				if ne, ok := err.(net.Error); ok && ne.Timeout() {
+					t.Error("the connection stayed open after the refusal")
+				}
+			}
+			select {
+			case a := <-h.arrived:
+				t.Errorf("%q arrived", a.node)
+			default:
+			}
+		})
+	}
+}

@@ -162,6 +162,11 @@ func FuzzKVServer(f *testing.F) {
 	f.Add(append(encodeFrame(opPut, "k", "v"), encodeFrame(opGet, "k")...))
 	f.Add([]byte{0x7f, 0xff, 0xff, 0xff})
 	f.Add(encodeFrame(opBye))
+	// The attacks of the security review (3a, 3d) after the hello: a
+	// 1 GiB length, a field longer than its frame, bad UTF-8.
+	f.Add([]byte{0x40, 0, 0, 0, opPut})
+	f.Add([]byte{0, 0, 0, 6, opPut, 0xff, 0xff, 0xff, 0xff, 0})
+	f.Add(encodeFrame(opPut, "k\xff", "\xc0"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		st, _ := NewStore(1, StoreOptions{FenceTimeout: time.Second})
 		s, err := NewKVServer(KVConfig{Secret: testSecret, Ranks: []int{0}, Fencer: st.Member(0, 0)})

@@ -2,6 +2,7 @@ package rendezvous
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -116,6 +117,10 @@ func FuzzPMIServer(f *testing.F) {
 	f.Add([]byte("mcmd=spawn\nnprocs=1\nendcmd\ncmd=get_maxes\n"))
 	f.Add([]byte(strings.Repeat("x", 5000)))
 	f.Add([]byte("cmd=initack pmiid=0\n"))
+	// The bounds of the security review (3f): a multi-line command cut
+	// short, and one of more than 4096 lines.
+	f.Add([]byte("mcmd=spawn\nnprocs=2\n"))
+	f.Add(append([]byte("mcmd=spawn\n"), bytes.Repeat([]byte("arg=1\n"), 5000)...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		st, _ := NewStore(1, StoreOptions{FenceTimeout: time.Second})
 		s, err := NewPMIServer(PMIConfig{Size: 1, Ranks: []int{0}, Fencer: st.Member(0, 0)})
@@ -343,6 +348,57 @@ func TestPMIServerRobustness(t *testing.T) {
 			}
 			if len(early) != 0 {
 				t.Errorf("OnEarlyExit called for a connection the server closed: %v", early)
+			}
+		})
+	}
+}
+
+// Attack 3f of the security review, the PMI-1 server's bounds: a line
+// that never ends is refused after one buffer (the server reads 4 KiB of
+// it, not the 1 MiB sent), and a multi-line command that never ends is
+// refused after 4096 lines. net.Pipe is unbuffered, so what the client
+// could write is exactly what the server read.
+func TestPMIServerBounds(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		in    []byte
+		reply string // prefix of the reply; "" = none
+		err   string // in ServeConn's error
+		most  int    // bytes the server may read
+	}{
+		{"1 MiB line", bytes.Repeat([]byte("x"), 1<<20), "cmd=error rc=-1 msg=line_too_long", "PMI line longer than 1024 bytes", 8 << 10},
+		{"endless mcmd", append([]byte("mcmd=spawn\n"), bytes.Repeat([]byte("arg=1\n"), 1<<20)...), "", "mcmd=spawn block without endcmd", 64 << 10},
+		{"long mcmd line", append([]byte("mcmd=spawn\n"), bytes.Repeat([]byte("y"), 1<<20)...), "", "line too long", 8 << 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, _ := NewStore(1, StoreOptions{})
+			s, _ := NewPMIServer(PMIConfig{Size: 1, Ranks: []int{0}, Fencer: st.Member(0, 0)})
+			a, b := net.Pipe()
+			errc := make(chan error, 1)
+			go func() { errc <- s.ServeConn(context.Background(), a, 0) }()
+			replies := make(chan string, 1)
+			go func() {
+				r, _ := bufio.NewReader(b).ReadString('\n')
+				replies <- r
+			}()
+			b.SetDeadline(time.Now().Add(10 * time.Second))
+			n, _ := b.Write(tt.in)
+			if n > tt.most {
+				t.Errorf("the server read %d bytes; want at most %d", n, tt.most)
+			}
+			select {
+			case err := <-errc:
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("ServeConn: %v, want %q", err, tt.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the server did not end the connection")
+			}
+			if r := <-replies; !strings.HasPrefix(r, tt.reply) {
+				t.Errorf("reply %q, want %q", r, tt.reply)
 			}
 		})
 	}

@@ -2,6 +2,8 @@ package sshclient
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"net"
 	"os"
@@ -259,27 +261,125 @@ func TestStrictHostKeyCheckingConfig(t *testing.T) {
 	}
 }
 
+// newLenientEnv is a client whose ssh config has three aliases of s, each
+// letting an unknown host key in a way of its own with the dialers of
+// eachLenient: h3 with --ssh-accept-new (Options.AcceptNew), lax with
+// StrictHostKeyChecking no, acc with StrictHostKeyChecking accept-new
+// (extra goes to the last two).
+func newLenientEnv(t *testing.T, key ed25519.PrivateKey, s *testServer, extra ...string) *testEnv {
+	t.Helper()
+	e := newEnv(t)
+	writeKey(t, filepath.Join(e.home, ".ssh", "id_ed25519"), key, "")
+	e.writeConfig(hostBlock("h3", s) + hostBlock("lax", s, append([]string{"StrictHostKeyChecking no"}, extra...)...) +
+		hostBlock("acc", s, append([]string{"StrictHostKeyChecking accept-new"}, extra...)...))
+	return e
+}
+
+// eachLenient calls f for each alias of newLenientEnv with a dialer with
+// and one without AcceptNew.
+func (e *testEnv) eachLenient(f func(alias string, acceptNew bool, d *Dialer)) {
+	for _, alias := range []string{"h3", "lax", "acc"} {
+		for _, acceptNew := range []bool{false, true} {
+			f(alias, acceptNew, e.dialer(Options{AcceptNew: acceptNew}))
+		}
+	}
+}
+
+// A changed host key is refused, whatever lets an unknown one in:
+// --ssh-accept-new, StrictHostKeyChecking accept-new, and
+// StrictHostKeyChecking no (where ssh(1) would connect with a warning).
 func TestChangedHostKey(t *testing.T) {
 	t.Parallel()
 	key := newKey(t)
 	s := newTestServer(t, []ssh.PublicKey{pubOf(t, key)})
-	e := newEnv(t)
-	writeKey(t, filepath.Join(e.home, ".ssh", "id_ed25519"), key, "")
-	e.writeConfig(hostBlock("h3", s))
+	e := newLenientEnv(t, key, s)
 	e.addKnown([]string{"other.example:22"}, newSigner(t).PublicKey())
 	old := newSigner(t).PublicKey()
 	e.addKnown([]string{addr("127.0.0.1", s.port)}, old)
-	for _, acceptNew := range []bool{false, true} {
-		he := dialErr(t, e.dialer(Options{AcceptNew: acceptNew}), "h3", HostKeyChanged)
-		msg := he.Error()
-		for _, want := range []string{"h3: host key changed", "~/.ssh/known_hosts:2", ssh.FingerprintSHA256(old), ssh.FingerprintSHA256(s.hostKey()), "ssh-keygen -R"} {
+	e.eachLenient(func(alias string, acceptNew bool, d *Dialer) {
+		msg := dialErr(t, d, alias, HostKeyChanged).Error()
+		for _, want := range []string{alias + ": host key changed", "~/.ssh/known_hosts:2", ssh.FingerprintSHA256(old), ssh.FingerprintSHA256(s.hostKey()), "ssh-keygen -R"} {
 			if !strings.Contains(msg, want) {
-				t.Errorf("AcceptNew=%v: error %q lacks %q", acceptNew, msg, want)
+				t.Errorf("%s, AcceptNew=%v: error %q lacks %q", alias, acceptNew, msg, want)
 			}
 		}
-	}
+	})
 	if data, _ := os.ReadFile(e.knownHostsFile()); strings.Count(string(data), "\n") != 2 {
 		t.Errorf("known_hosts changed: %q", data)
+	}
+}
+
+// A host key marked @revoked is refused, also when known_hosts lists it
+// for the host as well, and whatever lets an unknown key in; nothing is
+// recorded.
+func TestRevokedHostKey(t *testing.T) {
+	t.Parallel()
+	key := newKey(t)
+	s := newTestServer(t, []ssh.PublicKey{pubOf(t, key)})
+	e := newLenientEnv(t, key, s)
+	e.appendKnown("@revoked * " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(s.hostKey()))))
+	check := func(alias string, acceptNew bool, d *Dialer) {
+		msg := dialErr(t, d, alias, HostKeyChanged).Error()
+		if !strings.Contains(msg, "marked @revoked at ~/.ssh/known_hosts:1") || !strings.Contains(msg, ssh.FingerprintSHA256(s.hostKey())) {
+			t.Errorf("%s, AcceptNew=%v: %q", alias, acceptNew, msg)
+		}
+	}
+	e.eachLenient(check)
+	if data, _ := os.ReadFile(e.knownHostsFile()); strings.Count(string(data), "\n") != 1 {
+		t.Errorf("known_hosts changed: %q", data)
+	}
+	e.addKnown([]string{addr("127.0.0.1", s.port)}, s.hostKey())
+	e.eachLenient(check)
+}
+
+// A host certificate is taken on the word of a @cert-authority line for
+// the host: signed by that CA for the host's name, it is accepted; signed
+// by another CA, or by the trusted one for another host, it is refused,
+// whatever lets an unknown key in, and nothing is recorded.
+func TestCertAuthorityHostKey(t *testing.T) {
+	t.Parallel()
+	key := newKey(t)
+	ca, otherCA := newSigner(t), newSigner(t)
+	hostCert := func(signer ssh.Signer, principals ...string) ssh.Signer {
+		t.Helper()
+		host := newSigner(t)
+		cert := &ssh.Certificate{Key: host.PublicKey(), Serial: 1, CertType: ssh.HostCert, KeyId: "test host",
+			ValidPrincipals: principals, ValidBefore: ssh.CertTimeInfinity}
+		if err := cert.SignCert(rand.Reader, signer); err != nil {
+			t.Fatal(err)
+		}
+		cs, err := ssh.NewCertSigner(cert, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	for _, tt := range []struct {
+		name string
+		cert ssh.Signer
+		ok   bool
+	}{
+		{"trusted", hostCert(ca, "h3", "127.0.0.1"), true},
+		{"other CA", hostCert(otherCA, "h3", "127.0.0.1"), false},
+		{"other host", hostCert(ca, "h9.example"), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestServer(t, []ssh.PublicKey{pubOf(t, key)}, withHostKeys(tt.cert))
+			e := newLenientEnv(t, key, s, "HostKeyAlias h3")
+			e.appendKnown("@cert-authority " + knownhosts.Normalize(addr("h3", s.port)) + "," + knownhosts.Normalize(addr("127.0.0.1", s.port)) +
+				" " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(ca.PublicKey()))))
+			e.eachLenient(func(alias string, _ bool, d *Dialer) {
+				if tt.ok {
+					dialOK(t, d, alias)
+				} else {
+					dialErr(t, d, alias, Other)
+				}
+			})
+			if data, _ := os.ReadFile(e.knownHostsFile()); strings.Count(string(data), "\n") != 1 {
+				t.Errorf("known_hosts changed: %q", data)
+			}
+		})
 	}
 }
 

@@ -362,13 +362,8 @@ func TestSummaryJSONFailure(t *testing.T) {
 // childPIDs lists the children of pid, from /proc.
 func childPIDs(pid int) []int {
 	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	for _, p := range allPIDs() {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
 		if err != nil {
 			continue
 		}

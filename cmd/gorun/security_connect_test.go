@@ -43,14 +43,8 @@ func TestConnectBackImpostorAsAnotherUser(t *testing.T) {
 	t.Parallel()
 	victim, attacker := testusers.Create(t, "gvic"), testusers.Create(t, "gatk")
 	// The test binary, where both users may run it.
-	dir, err := os.MkdirTemp("", "gorun-impostor-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
 	self, _ := os.Executable()
-	bin := filepath.Join(dir, "gorun.test")
+	bin := filepath.Join(sharedDir(t), "gorun.test")
 	if err := copyFile(self, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -77,19 +78,24 @@ func TestMalformed(t *testing.T) {
 	tests := []struct {
 		name string
 		in   []byte
+		want string // in the error
 	}{
-		{"zero length", []byte{0, 0, 0, 0}},
-		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 1}},
-		{"unknown type", []byte{0, 0, 0, 1, 99}},
-		{"truncated payload", []byte{0, 0, 0, 10, 1, '{'}},
-		{"truncated header", []byte{0, 0}},
+		{"zero length", []byte{0, 0, 0, 0}, "out of range"},
+		{"huge length", []byte{0xff, 0xff, 0xff, 0xff, 1}, "out of range"},
+		// Attack 3a of the security review: refused for its length, before
+		// any of the promised payload is read.
+		{"1 GiB length", []byte{0x40, 0, 0, 0, byte(TypeExited), '{'}, "frame length 1073741824 out of range"},
+		{"one byte over", binary.BigEndian.AppendUint32(nil, MaxFrame+1), "out of range"},
+		{"unknown type", []byte{0, 0, 0, 1, 99}, "unknown frame type 99"},
+		{"truncated payload", []byte{0, 0, 0, 10, 1, '{'}, "stream ended inside a hello frame"},
+		{"truncated header", []byte{0, 0}, "stream ended inside a frame header"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			_, err := NewReader(bytes.NewReader(tt.in)).Next()
-			if !errors.Is(err, ErrProtocol) {
-				t.Fatalf("Next(%v) = %v, want ErrProtocol", tt.in, err)
+			if !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Next(%v) = %v, want ErrProtocol saying %q", tt.in, err, tt.want)
 			}
 		})
 	}
@@ -230,6 +236,49 @@ func TestFrameBufferGrowsWithData(t *testing.T) {
 	}
 }
 
+// Attack 3a of the security review, bad UTF-8: the text fields of a frame
+// (an agent's error, a rank's stderr tail) that are not UTF-8 decode with
+// U+FFFD in place of each bad byte, so that what the head prints and
+// writes to --summary-json is valid UTF-8; output frames, which carry the
+// ranks' bytes, pass them through untouched.
+func TestBadUTF8(t *testing.T) {
+	t.Parallel()
+	bad := "x\xff\xfey\xc0"
+	frame := func(typ Type, payload []byte) Frame {
+		t.Helper()
+		in := append(binary.BigEndian.AppendUint32(nil, uint32(1+len(payload))), byte(typ))
+		f, err := NewReader(bytes.NewReader(append(in, payload...))).Next()
+		if err != nil {
+			t.Fatalf("%s frame: %v", typ, err)
+		}
+		return f
+	}
+	var x Exited
+	if err := frame(TypeExited, []byte(`{"rank":1,"err":"`+bad+`","stderr_tail":"`+bad+`"}`)).Decode(&x); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	var e Error
+	if err := frame(TypeError, []byte(`{"msg":"`+bad+`"}`)).Decode(&e); err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	for _, s := range []string{x.Err, x.StderrTail, e.Msg} {
+		if s != "x\uFFFD\uFFFDy\uFFFD" {
+			t.Errorf("decoded %q, want %q", s, "x\uFFFD\uFFFDy\uFFFD")
+		}
+	}
+	var buf bytes.Buffer
+	if err := NewWriter(&buf).Send(TypeExited, Exited{Err: bad}); err != nil {
+		t.Fatal(err)
+	}
+	if !utf8.Valid(buf.Bytes()[5:]) {
+		t.Errorf("an Exited frame carries bad UTF-8: %q", buf.Bytes()[5:])
+	}
+	o, err := frame(TypeOutput, append(make([]byte, 13), bad...)).Output()
+	if err != nil || string(o.Data) != bad {
+		t.Errorf("output data %q, %v; want the bytes %q unchanged", o.Data, err, bad)
+	}
+}
+
 // FuzzReader feeds arbitrary bytes to the frame reader: it must return
 // frames of known types within MaxFrame or an error, never panic, and
 // every frame it accepts must survive a re-encode unchanged.
@@ -242,6 +291,12 @@ func FuzzReader(f *testing.F) {
 	f.Add(seed.Bytes())
 	f.Add([]byte{0, 0, 0, 1, 10})
 	f.Add([]byte{0, 0, 0, 5, 5, 0, 0})
+	// The attacks of the security review (3a): a 1 GiB length, a frame
+	// cut short, an unknown type, bad UTF-8 in a JSON frame.
+	f.Add([]byte{0x40, 0, 0, 0, byte(TypeExited), '{'})
+	f.Add([]byte{0, 0, 0, 10, byte(TypeLaunch), '{'})
+	f.Add([]byte{0, 0, 0, 1, 99})
+	f.Add(append([]byte{0, 0, 0, 12, byte(TypeError)}, "{\"msg\":\"\xff\"}"...))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		r := NewReader(bytes.NewReader(in))
 		for i := 0; i < 100; i++ {
