@@ -7,10 +7,10 @@ CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
 # Go's default C flags, less the warnings about the NVML functions that
 # go-nvml wraps and NVIDIA has deprecated (a screenful on a fresh build),
 # for the cgo builds that link go-nvml: gorun, gorun-pmix and the fabric
-# plugin.
+# plugin (and make test-short's, which builds them all).
 NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build plugins install-plugins run test check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm clean
+.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm clean
 
 # gorun is built with cgo, so that it has NVML (go-nvml dlopens
 # libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
@@ -25,21 +25,21 @@ build: plugins
 	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o gorun-pmix ./plugins/pmix; \
 	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
-# The shipped transport and collective plugins, into lib/gorun/plugins
-# (gorun --plugin-dir lib/gorun/plugins, or make install-plugins). The
-# fabric plugin links libfabric (libfabric-dev) with cgo; gorun does not.
+# The shipped plugins, into lib/gorun/plugins (gorun --plugin-dir
+# lib/gorun/plugins, or make install-plugins). The fabric plugin links
+# libfabric (libfabric-dev) with cgo; gorun does not. The example plugins
+# in examples/plugins are not shipped: their tests build them.
 PLUGIN_DIR := lib/gorun/plugins
 plugins:
 	@mkdir -p $(PLUGIN_DIR)
-	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-tcpexample ./plugins/tcpexample
-	CGO_ENABLED=0 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-collexample ./plugins/collexample
 	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
 	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
 
 # Where every user's gorun finds them without --plugin-dir.
 install-plugins: plugins
 	mkdir -p $(HOME)/.local/lib/gorun/plugins
-	cp $(PLUGIN_DIR)/gorun-plugin-* $(HOME)/.local/lib/gorun/plugins/
+	@if ls $(PLUGIN_DIR)/gorun-plugin-* >/dev/null 2>&1; then cp -v $(PLUGIN_DIR)/gorun-plugin-* $(HOME)/.local/lib/gorun/plugins/; \
+	else echo "note: no plugin built, nothing installed"; fi
 
 # gorun's main job on this machine: localhost is the default host.
 run: build
@@ -56,14 +56,28 @@ check:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./...
 
-# Each parser's fuzzer for a while (the seeds also run in `make test`).
+# The quick tier, for contributors: what runs without root in a minute or
+# two (no check, so it installs nothing). Under -short the tests that need
+# root or a fixture cluster (testhosts, slurmtest, throwaway users) skip,
+# even as root, and so do the slow ones (building the plugins or
+# gorun-pmix, PyTorch, scripts/gpu-check.sh, large messages, hundreds of
+# ranks), each saying why; tests that need a missing tool skip too.
+# `make test` runs them all, and with CI set -short skips nothing.
+test-short:
+	CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) test -short ./...
+
+# Every fuzz test for a while, one after another (their seeds also run in
+# `make test`): go list finds the packages and go test -list their fuzz
+# tests, so a new fuzz test needs no line here.
 FUZZTIME ?= 30s
 fuzz:
-	@for f in $$($(GO) test -list 'Fuzz.*' ./hostfile/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./hostfile/ || exit 1; done
-	$(GO) test -run=NONE -fuzz=FuzzReader -fuzztime=$(FUZZTIME) ./launcher/control/
-	$(GO) test -run=NONE -fuzz=FuzzLoad -fuzztime=$(FUZZTIME) ./config/
-	@for f in $$($(GO) test -list 'Fuzz.*' ./collectives/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./collectives/ || exit 1; done
-	@for f in $$($(GO) test -list 'Fuzz.*' ./rendezvous/ | grep ^Fuzz); do $(GO) test -run=NONE -fuzz=^$$f$$ -fuzztime=$(FUZZTIME) ./rendezvous/ || exit 1; done
+	@for p in $$($(GO) list ./...); do \
+		fs=$$($(GO) test -list 'Fuzz.*' $$p) || { echo "$$fs" >&2; exit 1; }; \
+		for f in $$(echo "$$fs" | grep '^Fuzz'); do \
+			echo "== $$p $$f"; \
+			$(GO) test -run=NONE -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) $$p || exit 1; \
+		done; \
+	done
 
 bench:
 	./bench/launch.sh
@@ -82,7 +96,7 @@ bench-crossover:
 	./bench/crossover.sh
 
 # Allreduce busbw and 4 KiB latency through plugins/fabric (tcp provider) and
-# plugins/tcpexample against the built-in TCP transport, across 2 netns hosts (root).
+# examples/plugins/tcpexample against the built-in TCP transport, across 2 netns hosts (root).
 bench-plugins: build
 	./bench/plugins.sh
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/collectives"
 	"github.com/gorun/gorun/collectives/collectivestest"
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // The correctness matrix: every collective x every algorithm (forced
@@ -466,9 +466,7 @@ func TestHierarchical(t *testing.T) {
 // with the default pipeline units.
 func TestLarge(t *testing.T) {
 	t.Parallel()
-	if testing.Short() && os.Getenv("CI") == "" {
-		t.Skip("large messages: skipped with -short (never in CI)")
-	}
+	testenv.SkipShort(t, "large messages")
 	const length = 1<<18 + 3 // 1 MiB of float32: above every threshold
 	cases := []struct {
 		name  string

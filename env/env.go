@@ -3,7 +3,6 @@ package env
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,51 +148,8 @@ func ParsePluginOpts(v string) (map[string]string, error) {
 	return out, nil
 }
 
-// NewPlugin checks gorun's plugin flags and returns the settings they
-// make: a name that is a path and the directories become absolute (ranks
-// run elsewhere), options must be key=value (several may share one value,
-// comma-separated), the fabric provider becomes the option provider, and
-// the only fallback is tcp, which needs a plugin.
-func NewPlugin(name string, dirs, opts []string, provider, fallback string) (Plugin, error) {
-	p := Plugin{Name: name, Fallback: fallback}
-	if strings.ContainsRune(p.Name, '/') {
-		abs, err := filepath.Abs(p.Name)
-		if err != nil {
-			return p, fmt.Errorf("--plugin %s: %w", p.Name, err)
-		}
-		p.Name = abs
-	}
-	for _, d := range dirs {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return p, fmt.Errorf("--plugin-dir %s: %w", d, err)
-		}
-		p.Dirs = append(p.Dirs, abs)
-	}
-	for _, o := range opts {
-		if _, err := ParsePluginOpts(o); err != nil {
-			return p, fmt.Errorf("--plugin-opt: %w", err)
-		}
-		p.Options = append(p.Options, strings.Split(o, ",")...)
-	}
-	if provider != "" {
-		if strings.ContainsRune(provider, ',') {
-			return p, fmt.Errorf("--fabric-provider %q: one provider", provider)
-		}
-		p.Options = append(p.Options, "provider="+provider)
-	}
-	switch p.Fallback {
-	case "", "tcp":
-	default:
-		return p, fmt.Errorf("--transport-fallback %q: the only fallback is tcp", p.Fallback)
-	}
-	if p.Fallback != "" && p.Name == "" {
-		return p, fmt.Errorf("--transport-fallback %s: there is no --plugin to fall back from", p.Fallback)
-	}
-	return p, nil
-}
-
-// Plugin is a job's plugin settings.
+// Plugin is a job's plugin settings, as gorun made them from its plugin
+// flags (which it checks), for [WithPlugin].
 type Plugin struct {
 	// Name is the plugin's name, or an absolute path to its binary.
 	Name string

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 const mpiSmokeC = `#include <mpi.h>
@@ -41,13 +43,7 @@ int main(int argc, char **argv) {
 // under CI) when MPICH is not installed.
 func buildMPICH(t *testing.T) string {
 	t.Helper()
-	cc, err := exec.LookPath("mpicc.mpich")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("mpicc.mpich not found (apt-get install -y mpich libmpich-dev)")
-		}
-		t.Skip("mpicc.mpich not found (apt-get install -y mpich libmpich-dev)")
-	}
+	cc := testenv.NeedTool(t, "mpicc.mpich", "mpich libmpich-dev")
 	dir := t.TempDir()
 	src := filepath.Join(dir, "mpi_smoke.c")
 	bin := filepath.Join(dir, "mpi_smoke")

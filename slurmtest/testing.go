@@ -2,15 +2,28 @@ package slurmtest
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
+// Need ends t unless this machine can run a cluster (root and the
+// packages: see Check): the test is skipped, saying why, or fails where
+// the CI environment variable is set, since CI must run these tests
+// (package internal/testenv decides). In -short mode it skips t in any
+// case: a cluster needs root and takes seconds to start.
+func Need(t testing.TB) {
+	t.Helper()
+	testenv.SkipShort(t, "slurmtest clusters need root and take seconds to start")
+	if err := Check(); err != nil {
+		testenv.Missing(t, err.Error())
+	}
+}
+
 // Start brings a cluster up for a test and tears it down in t.Cleanup, also
-// when the test fails. If this machine cannot run one (not root, a package
-// missing: see Check), the test fails when the CI environment variable is
-// set (CI must run these tests, never skip them) and is skipped otherwise.
+// when the test fails. If this machine cannot run one, or in -short mode,
+// Need ends the test first.
 //
 // The daemons also get SIGKILL if the thread that started them exits, which
 // happens when the test binary dies without running its cleanups (a -timeout
@@ -20,12 +33,7 @@ import (
 // down` (or Load(DIR) and Down) removes them.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v (CI is set: these tests must run)", err)
-		}
-		t.Skipf("%v", err)
-	}
+	Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	o.pdeathsig = true

@@ -14,17 +14,6 @@ import (
 	"time"
 )
 
-// need fails (CI) or skips the test when this machine cannot run clusters.
-func need(t *testing.T) {
-	t.Helper()
-	if err := Check(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v (CI is set: these tests must run)", err)
-		}
-		t.Skipf("%v", err)
-	}
-}
-
 // sshTo runs the OpenSSH client with the cluster's config.
 func sshTo(ctx context.Context, c *Cluster, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, "ssh", append([]string{"-F", c.SSHConfig}, args...)...).CombinedOutput()
@@ -245,7 +234,7 @@ func leftovers(t *testing.T, c *Cluster, pids []int) []string {
 }
 
 func TestDownLeavesNothing(t *testing.T) {
-	need(t)
+	Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := Up(ctx, Options{Hosts: 2})
@@ -286,7 +275,7 @@ func TestDownLeavesNothing(t *testing.T) {
 }
 
 func TestTwoClusters(t *testing.T) {
-	need(t)
+	Need(t)
 	var (
 		wg sync.WaitGroup
 		cs [2]*Cluster
@@ -341,7 +330,7 @@ func TestTwoClusters(t *testing.T) {
 }
 
 func TestStateDir(t *testing.T) {
-	need(t)
+	Need(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "state")
@@ -390,7 +379,7 @@ func TestStateDir(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
-	need(t)
+	Need(t)
 	for _, o := range []Options{{Hosts: 0}, {Hosts: MaxHosts + 1}, {Hosts: 1, Slots: -1}, {Hosts: 1, MaxStartups: "1 2"}} {
 		if c, err := Up(context.Background(), o); err == nil {
 			c.Down()

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // TestAgainstHwloc checks the sysfs discovery of this machine against
@@ -17,13 +19,7 @@ import (
 // Without lstopo (Debian package hwloc) it skips, or fails when CI is set.
 func TestAgainstHwloc(t *testing.T) {
 	t.Parallel()
-	lstopo, err := exec.LookPath("lstopo")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("lstopo not found: install the Debian package hwloc (scripts/test-deps.sh)")
-		}
-		t.Skip("lstopo not found (Debian package hwloc)")
-	}
+	lstopo := testenv.NeedTool(t, "lstopo", "hwloc")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// --whole-system: count CPUs a cgroup keeps from this process too, as

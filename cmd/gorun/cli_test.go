@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/topology"
 )
 
@@ -340,6 +341,7 @@ func TestTopoPlan(t *testing.T) {
 // agent ran out of descriptors, and failed with exit status 1.)
 func TestOpenFileLimit(t *testing.T) {
 	t.Parallel()
+	testenv.SkipShort(t, "it starts hundreds of ranks at once")
 	// Lowered for gorun, its agent and ranks alone: a shell may always
 	// lower its limits.
 	run := func(args ...string) result {

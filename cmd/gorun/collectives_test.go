@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // buildCollectivesExample builds examples/collectives, a Go rank that
@@ -36,6 +38,7 @@ func checkCollectivesPassed(t *testing.T, r result, n int, over string, hosts in
 // run every collective, over shared memory and over TCP (loopback).
 func TestCollectivesExample(t *testing.T) {
 	t.Parallel()
+	testenv.SkipShort(t, "four jobs of the collectives example")
 	bin := buildCollectivesExample(t, t.TempDir())
 	checkCollectivesPassed(t, runGorun(t, 90*time.Second, nil, "-np", "4", bin), 4, "shm", 1)
 	checkCollectivesPassed(t, runGorun(t, 90*time.Second, nil, "-np", "3",

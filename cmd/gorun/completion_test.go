@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // typedFlags lists every flag of the main command as users type it and as
@@ -41,20 +43,6 @@ func longFlags() []string {
 		}
 	}
 	return out
-}
-
-// needTool finds a program the test needs: without it the test fails
-// where the CI variable is set and skips elsewhere.
-func needTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed: %v", name, err)
-		}
-		t.Skipf("%s is not installed; CI is unset, so skipping: %v", name, err)
-	}
-	return p
 }
 
 // completionScript runs `gorun completion shell` and returns the script,
@@ -93,7 +81,7 @@ func runShell(t *testing.T, sh string, args ...string) string {
 // typed, and the subcommands.
 func TestCompletionBash(t *testing.T) {
 	t.Parallel()
-	bash := needTool(t, "bash")
+	bash := testenv.NeedTool(t, "bash", "bash")
 	script, file := completionScript(t, "bash")
 	if out := runShell(t, bash, "-n", file); out != "" {
 		t.Errorf("bash -n on gorun completion bash printed:\n%s", out)

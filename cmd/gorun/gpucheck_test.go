@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // scripts/gpu-check.sh, the GPU checks run on a lent GPU machine, builds
@@ -20,6 +22,7 @@ import (
 // read back) and must pass, leaving its log and the recorded fixture.
 func TestGPUCheckScript(t *testing.T) {
 	t.Parallel()
+	testenv.SkipShort(t, "it builds gorun and runs scripts/gpu-check.sh")
 	for _, tool := range []string{"go", "python3", "tar"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("scripts/gpu-check.sh needs %s: %v", tool, err)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -246,6 +247,7 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 // line would need 256 MiB).
 func TestOutputWithoutNewlineBounded(t *testing.T) {
 	t.Parallel()
+	testenv.SkipShort(t, "two ranks print 256 MiB each")
 	const size = 256 << 20
 	script := `c=a; [ "$GORUN_RANK" = 1 ] && c=b; head -c ` + strconv.Itoa(size) + ` /dev/zero | tr '\0' $c; sleep 0.5`
 	for _, tt := range []struct {

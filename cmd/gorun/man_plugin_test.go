@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gorun/gorun/collectives"
 	"github.com/gorun/gorun/plugins"
@@ -63,52 +59,6 @@ func roffArgs(s string) []string {
 		args, s = append(args, arg), rest
 	}
 	return args
-}
-
-// TestPluginManPageRenders renders man/gorun-plugin.7 with man(1) and
-// with groff's -ww (every warning) and wants no warnings. It needs
-// man-db and groff; it fails without them where the CI variable is set,
-// and skips elsewhere.
-func TestPluginManPageRenders(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(manDir, pluginPage)
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("missing man page: %v", err)
-	}
-	for _, tc := range []struct {
-		bin  string
-		args []string
-	}{
-		{"man", []string{"--warnings", "-E", "UTF-8", "-l", path}},
-		{"groff", []string{"-man", "-Tutf8", "-ww", "-P-cbou", path}}, // -P-cbou: plain text
-	} {
-		t.Run(tc.bin, func(t *testing.T) {
-			t.Parallel()
-			bin, err := exec.LookPath(tc.bin)
-			if err != nil {
-				if os.Getenv("CI") != "" {
-					t.Fatalf("%s is not installed (install man-db and groff): %v", tc.bin, err)
-				}
-				t.Skipf("%s is not installed (install man-db and groff); CI is unset, so skipping: %v", tc.bin, err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, tc.args...)
-			cmd.Env = append(os.Environ(), "MANWIDTH=80", "MANPAGER=cat", "PAGER=cat", "MAN_KEEP_FORMATTING=")
-			var out, errb bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			line := tc.bin + " " + strings.Join(tc.args, " ")
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("%s: %v\n%s", line, err, errb.String())
-			}
-			if errb.Len() > 0 {
-				t.Errorf("%s printed on stderr:\n%s", line, errb.String())
-			}
-			if !strings.Contains(out.String(), "NAME") || !strings.Contains(out.String(), "WRITING A TRANSPORT") {
-				t.Errorf("%s rendered no NAME or WRITING A TRANSPORT section; stdout:\n%s", line, out.String())
-			}
-		})
-	}
 }
 
 // TestPluginManPageSections checks that gorun-plugin.7 has its sections

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -207,39 +208,49 @@ func TestManPageExitStatus(t *testing.T) {
 	}
 }
 
-// TestManPagesRender renders every page under man/ with man(1) and wants
-// no warnings. It needs man-db (and groff); it fails without them where
-// the CI variable is set, and skips elsewhere.
+// TestManPagesRender renders every page under man/ with man(1), and the
+// plugin author's page also with groff's -ww (every warning), and wants no
+// warnings and the sections each page must show. It needs man-db and
+// groff (package testenv decides whether their absence skips or fails).
 func TestManPagesRender(t *testing.T) {
 	t.Parallel()
-	manBin, err := exec.LookPath("man")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("man is not installed (install man-db and groff): %v", err)
-		}
-		t.Skipf("man is not installed (install man-db and groff); CI is unset, so skipping: %v", err)
-	}
-	for _, page := range []string{"gorun.1", "gorun-hostfile.5", "gorun-plugin.7"} {
-		t.Run(page, func(t *testing.T) {
+	man := []string{"--warnings", "-E", "UTF-8", "-l"}
+	groff := []string{"-man", "-Tutf8", "-ww", "-P-cbou"} // -P-cbou: plain text
+	for _, tc := range []struct {
+		page, bin string
+		args      []string // before the page's path
+		sections  []string // headings the rendering must show
+	}{
+		{"gorun.1", "man", man, []string{"NAME"}},
+		{"gorun-hostfile.5", "man", man, []string{"NAME"}},
+		{pluginPage, "man", man, []string{"NAME", "WRITING A TRANSPORT"}},
+		{pluginPage, "groff", groff, []string{"NAME", "WRITING A TRANSPORT"}},
+	} {
+		t.Run(tc.page+"/"+tc.bin, func(t *testing.T) {
 			t.Parallel()
-			path := filepath.Join(manDir, page)
+			path := filepath.Join(manDir, tc.page)
 			if _, err := os.Stat(path); err != nil {
 				t.Fatalf("missing man page: %v", err)
 			}
+			bin := testenv.NeedTool(t, tc.bin, "man-db groff-base")
+			args := append(slices.Clone(tc.args), path)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, manBin, "--warnings", "-E", "UTF-8", "-l", path)
+			cmd := exec.CommandContext(ctx, bin, args...)
 			cmd.Env = append(os.Environ(), "MANWIDTH=80", "MANPAGER=cat", "PAGER=cat", "MAN_KEEP_FORMATTING=")
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb
+			line := tc.bin + " " + strings.Join(args, " ")
 			if err := cmd.Run(); err != nil {
-				t.Fatalf("man --warnings -E UTF-8 -l %s: %v\n%s", path, err, errb.String())
+				t.Fatalf("%s: %v\n%s", line, err, errb.String())
 			}
 			if errb.Len() > 0 {
-				t.Errorf("man --warnings -E UTF-8 -l %s printed on stderr:\n%s", path, errb.String())
+				t.Errorf("%s printed on stderr:\n%s", line, errb.String())
 			}
-			if !strings.Contains(out.String(), "NAME") {
-				t.Errorf("man --warnings -E UTF-8 -l %s rendered no NAME section; stdout:\n%s", path, out.String())
+			for _, sec := range tc.sections {
+				if !strings.Contains(out.String(), sec) {
+					t.Errorf("%s rendered no %s section; stdout:\n%s", line, sec, out.String())
+				}
 			}
 		})
 	}

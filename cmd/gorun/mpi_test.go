@@ -11,25 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/launcher"
 )
-
-// need fails in CI, and skips elsewhere, when a tool is missing.
-func need(t *testing.T, tool, pkgs string) {
-	t.Helper()
-	if _, err := exec.LookPath(tool); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing (apt-get install %s); CI must run the MPI tests", tool, pkgs)
-		}
-		t.Skipf("%s is missing: apt-get install %s", tool, pkgs)
-	}
-}
 
 // buildMPI builds an example of examples/mpi with an MPI's compiler
 // (mpicc.mpich or mpicc.openmpi) into dir.
 func buildMPI(t *testing.T, dir, cc, example string) string {
 	t.Helper()
-	need(t, cc, "mpich libmpich-dev openmpi-bin libopenmpi-dev")
+	testenv.NeedTool(t, cc, "mpich libmpich-dev openmpi-bin libopenmpi-dev")
 	bin := filepath.Join(dir, strings.TrimSuffix(example, ".c")+"-"+strings.TrimPrefix(cc, "mpicc."))
 	if out, err := exec.Command(cc, "-O1", "-o", bin, "../../examples/mpi/"+example).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cc, err, out)
@@ -50,12 +40,10 @@ type pluginBuild struct {
 // pmixPlugin builds gorun-pmix into dir once and returns its path.
 func pmixPlugin(t *testing.T, dir string) string {
 	t.Helper()
-	need(t, "pkg-config", "pkg-config libpmix-dev")
+	testenv.SkipShort(t, "it builds gorun-pmix (cgo, libpmix)")
+	testenv.NeedTool(t, "pkg-config", "pkg-config libpmix-dev")
 	if err := exec.Command("pkg-config", "--exists", "pmix").Run(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("libpmix-dev is missing; CI must run the Open MPI tests")
-		}
-		t.Skip("libpmix-dev is missing")
+		testenv.Missing(t, "libpmix-dev is missing (apt-get install libpmix-dev)")
 	}
 	v, _ := pluginOnce.LoadOrStore(dir, &pluginBuild{})
 	b := v.(*pluginBuild)
@@ -152,10 +140,7 @@ func vaderSegments(t *testing.T) []string {
 func TestMPI4Py(t *testing.T) {
 	t.Parallel()
 	if _, err := os.Stat("/usr/lib/python3/dist-packages/mpi4py"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3-mpi4py is missing; CI must run the mpi4py test")
-		}
-		t.Skip("python3-mpi4py is missing")
+		testenv.Missing(t, "python3-mpi4py is missing (apt-get install python3-mpi4py)")
 	}
 	dir := t.TempDir()
 	plugin := []string{launcher.PMIxPluginEnv + "=" + pmixPlugin(t, dir)}

@@ -12,16 +12,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/plugins/plugintest"
 )
-
-// pluginSettings reads the plugin flags (env.NewPlugin checks them).
-func pluginSettings(get func(string) string, list func(string) []string) (env.Plugin, error) {
-	return env.NewPlugin(get("plugin"), list("plugin-dir"), list("plugin-opt"), get("fabric-provider"), get("transport-fallback"))
-}
 
 // pluginsCommand is `gorun plugins list|test`.
 func pluginsCommand(stdout, stderr io.Writer) *cli.Command {

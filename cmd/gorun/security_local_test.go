@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/internal/testusers"
 	"github.com/gorun/gorun/launcher"
 )
@@ -126,7 +127,7 @@ func procsOf(uid uint32) []proc {
 // secret or the guess.
 func TestKVSocketAndSecretAsAnotherUser(t *testing.T) {
 	t.Parallel()
-	need(t, "/usr/bin/python3", "python3")
+	testenv.NeedTool(t, "/usr/bin/python3", "python3")
 	victim, attacker := testusers.Create(t, "gkv"), testusers.Create(t, "gkvx")
 	if err := buildShared(); err != nil {
 		t.Fatal(err)
@@ -357,7 +358,7 @@ while [ ! -e "$0/go" ]; do sleep 0.05; done`
 // job. gorun-pmix must refuse it, and still let the victim's own client in.
 func TestPMIxAsAnotherUser(t *testing.T) {
 	t.Parallel()
-	need(t, "gcc", "gcc")
+	testenv.NeedTool(t, "gcc", "gcc")
 	victim, attacker := testusers.Create(t, "gpx"), testusers.Create(t, "gpxa")
 	if err := buildShared(); err != nil {
 		t.Fatal(err)

@@ -30,12 +30,7 @@ var (
 // for the whole test binary (TestMain takes it down).
 func sharedSlurm(t *testing.T) *slurmtest.Cluster {
 	t.Helper()
-	if err := slurmtest.Check(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%v (CI is set: the Slurm tests must run)", err)
-		}
-		t.Skipf("no Slurm cluster here: %v", err)
-	}
+	slurmtest.Need(t)
 	slurmOnce.Do(func() {
 		if slurmErr = buildShared(); slurmErr != nil {
 			return

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // torchPython is the interpreter the torch example needs: Debian's, which
@@ -17,20 +19,18 @@ import (
 const torchPython = "/usr/bin/python3"
 
 // requireTorch skips the test when torchPython cannot import torch, or fails
-// it when CI is set (the CI image must have it).
+// it when CI is set (the CI image must have it; package testenv decides),
+// and skips it under -short.
 func requireTorch(t *testing.T) {
 	t.Helper()
+	testenv.SkipShort(t, "it runs PyTorch")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, torchPython, "-c", "import torch, torch.distributed as d; assert d.is_available()").CombinedOutput()
 	if err == nil {
 		return
 	}
-	msg := torchPython + " cannot import torch (apt-get install python3-torch): " + err.Error() + "\n" + string(out)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testenv.Missing(t, torchPython+" cannot import torch (apt-get install python3-torch): "+err.Error()+"\n"+string(out))
 }
 
 // restartLine matches gorun's report that rank 2 failed with exit code 7.

@@ -4,7 +4,8 @@
 //
 // It needs root and useradd/userdel (Debian's passwd package). Without
 // them a test skips, saying why, except where the CI variable is set:
-// there it fails, so that CI always runs the attacks.
+// there it fails, so that CI always runs the attacks (package
+// internal/testenv decides). Under -short the tests skip even as root.
 package testusers
 
 import (
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // User is a throwaway user.
@@ -48,27 +51,15 @@ func (u *User) Command(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Need skips t, or fails it where CI is set, unless this process may
-// create users.
+// Need skips t, or fails it where CI is set (package testenv decides),
+// unless this process may create users: it runs as root and has useradd
+// and userdel. In -short mode it skips t even as root.
 func Need(t testing.TB) {
 	t.Helper()
-	why := ""
-	if os.Geteuid() != 0 {
-		why = "it needs root, to create throwaway users"
-	} else {
-		for _, tool := range []string{"useradd", "userdel"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				why = tool + " is missing (apt-get install passwd)"
-			}
-		}
+	testenv.NeedRoot(t, "to create throwaway users")
+	for _, tool := range []string{"useradd", "userdel"} {
+		testenv.NeedTool(t, tool, "passwd")
 	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s; CI must run the attacks as other users", why)
-	}
-	t.Skip(why)
 }
 
 // useradd and userdel take a lock on /etc/passwd and fail when another is
