@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"strconv"
 	"sync"
@@ -62,6 +63,19 @@ type Options struct {
 	// message crosses it (two ranks that both believe they are the root of
 	// a small Broadcast only send), or always with Strict.
 	Strict bool
+	// Logger receives InitWith's warnings, one line each: a plugin that
+	// cannot start, under the TCP fallback, and a rank without the
+	// collective plugin. The plugin InitWith starts writes its log to
+	// Logger.Writer(). nil means standard error, with no prefix or flags.
+	Logger *log.Logger
+}
+
+// logger returns o's Logger, or a logger to standard error; o may be nil.
+func (o *Options) logger() *log.Logger {
+	if o == nil || o.Logger == nil {
+		return log.New(os.Stderr, "", 0)
+	}
+	return o.Logger
 }
 
 // family is what the communicators split from one New share: the next

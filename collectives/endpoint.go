@@ -5,11 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/plugins"
 	"runtime"
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -356,6 +356,29 @@ func retry(ctx context.Context, start func() (transport.Request, error)) (transp
 
 // Host implements P2P.
 func (e *endpoint) Host(rank int) int { return e.hosts[rank] }
+
+// ready sets what transfers need to know once the links are up: whether
+// host, this rank's, runs more of the world's ranks than there are CPUs,
+// and which connections progress when polled.
+func (e *endpoint) ready(host int) {
+	local := 0
+	for _, h := range e.hosts {
+		if h == host {
+			local++
+		}
+	}
+	e.crowded = local > runtime.NumCPU()
+	for _, l := range e.links {
+		if l == nil {
+			continue
+		}
+		for _, c := range []any{l.send, l.recv} {
+			if p, ok := c.(poller); ok {
+				e.pollers = append(e.pollers, p)
+			}
+		}
+	}
+}
 
 // close closes every connection and transport.
 func (e *endpoint) close() {

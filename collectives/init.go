@@ -2,24 +2,17 @@ package collectives
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorun/gorun/env"
-	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/transport"
-	"github.com/gorun/gorun/transport/shm"
-	"github.com/gorun/gorun/transport/tcp"
 )
 
 // Environment variables Init reads, besides the ones gorun gives every
@@ -85,7 +78,8 @@ type Setup struct {
 	// KV is the rendezvous store.
 	KV KV
 	// Transport forces one transport between every pair: "tcp" or "shm".
-	// "" and "auto" choose by host.
+	// "" and "auto" choose by host. ParseTransport says what each value
+	// means; transport.Mode.Pick applies it to a pair.
 	Transport string
 	// Iface is the TCP transport's interface choice (see EnvIface).
 	Iface string
@@ -109,20 +103,6 @@ type Setup struct {
 	Fallback string
 	// LocalRank is the rank's index on its host, or -1 when unknown.
 	LocalRank int
-}
-
-// record is what each rank publishes.
-type record struct {
-	Host      int    `json:"host"`
-	TCP       []byte `json:"tcp,omitempty"`
-	SHM       []byte `json:"shm,omitempty"`
-	Plugin    []byte `json:"plugin,omitempty"`
-	TCPErr    string `json:"tcp_err,omitempty"`
-	SHMErr    string `json:"shm_err,omitempty"`
-	PluginErr string `json:"plugin_err,omitempty"`
-	// Coll is the handle of the plugin's collective, when it has one.
-	Coll    []byte `json:"coll,omitempty"`
-	HasColl bool   `json:"has_coll,omitempty"`
 }
 
 // Init returns the world communicator of a Go rank started by gorun: it
@@ -205,25 +185,9 @@ func SetupFromEnv() (Setup, error) {
 // connections. Every rank of the world must call it. Closing the
 // communicator closes the connections.
 func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error) {
-	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size {
-		return nil, fmt.Errorf("%w: init: rank %d of %d", ErrInvalid, s.Rank, s.Size)
-	}
-	if s.KV == nil && s.Size > 1 {
-		return nil, fmt.Errorf("%w: init: no rendezvous store", ErrInvalid)
-	}
-	switch s.Transport {
-	case "", "auto", "tcp", "shm":
-	case "plugin":
-		if s.Plugin == "" {
-			return nil, fmt.Errorf("%w: init: transport plugin needs a plugin (%s, gorun --plugin)", ErrInvalid, EnvPlugin)
-		}
-	default:
-		return nil, fmt.Errorf("%w: init: transport %q: want auto, tcp, shm or plugin (%s)", ErrInvalid, s.Transport, EnvTransport)
-	}
-	switch s.Fallback {
-	case "", "tcp":
-	default:
-		return nil, fmt.Errorf("%w: init: transport fallback %q: want tcp or nothing (%s)", ErrInvalid, s.Fallback, EnvFallback)
+	mode, err := checkSetup(s)
+	if err != nil {
+		return nil, err
 	}
 	if s.Key == "" {
 		s.Key = "gorun.coll"
@@ -238,260 +202,55 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	if s.Size == 1 {
 		return newWorld(e, s.Size, opts)
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			e.close()
-		}
-	}()
-
-	// Listen on every kind this rank may need: which one a peer needs is
-	// known only after the fence, and an idle listener costs one socket.
-	rec := record{Host: s.Host}
-	var lis [3]transport.Listener // tcp, shm, plugin
-	var trs [3]transport.Transport
-	names := [3]string{"tcp", "shm", "plugin"}
-	var coll *plugins.Collective
-	if s.Plugin != "" && s.Transport != "tcp" && s.Transport != "shm" {
-		pl, err := openPlugin(s)
-		if err == nil {
-			names[2] = pl.Name()
-			e.plugin = pl
-			if pl.Info().Transport {
-				t, _ := pl.Transport()
-				trs[2] = t
-				if lis[2], err = t.Listen(ctx); err != nil {
-					err = fmt.Errorf("plugin %s: listen: %w", pl.Name(), err)
-				}
-			}
-			if err == nil && pl.Info().Collective {
-				coll, _ = pl.Collective()
-				if rec.Coll, err = coll.Handle(ctx); err == nil {
-					rec.HasColl = true
-				}
-			}
-		}
-		if err != nil {
-			if e.plugin != nil {
-				e.plugin.Close()
-				e.plugin, trs[2], lis[2] = nil, nil, nil
-			}
-			if s.Fallback != "tcp" {
-				return nil, fmt.Errorf("collectives: init: rank %d: %w (gorun --transport-fallback tcp goes on without it)", s.Rank, err)
-			}
-			fmt.Fprintf(os.Stderr, "gorun: rank %d: %v; going on over tcp (--transport-fallback tcp)\n", s.Rank, err)
-			rec.PluginErr = err.Error()
-			coll, rec.Coll, rec.HasColl = nil, nil, false
-		}
-	}
-	if s.Transport == "tcp" || (s.Transport != "shm" && (s.Hosts != 1 || s.Transport == "plugin")) {
-		t, err := tcp.New(tcp.Options{Iface: s.Iface, Streams: s.Streams})
-		if err == nil {
-			trs[0] = t
-			lis[0], err = t.Listen(ctx)
-		}
-		if err != nil {
-			rec.TCPErr = err.Error()
-		}
-	}
-	if s.Transport != "tcp" && s.Transport != "plugin" {
-		t, err := shm.New(shm.Options{CMA: s.CMA})
-		if err == nil {
-			trs[1] = t
-			lis[1], err = t.Listen(ctx)
-		}
-		if err != nil {
-			rec.SHMErr = err.Error()
-		}
-	}
-	for _, t := range trs {
-		if t != nil {
-			e.trs = append(e.trs, t)
-		}
-	}
-	if lis[0] != nil {
-		rec.TCP = lis[0].Handle()
-	}
-	if lis[1] != nil {
-		rec.SHM = lis[1].Handle()
-	}
-	if lis[2] != nil {
-		rec.Plugin = lis[2].Handle()
-	}
-	b, _ := json.Marshal(rec)
-	key := func(r int) string { return s.Key + "." + strconv.Itoa(r) }
-	if err := s.KV.Put(key(s.Rank), string(b)); err != nil {
-		return nil, fmt.Errorf("collectives: init: rank %d: publishing its addresses: %w", s.Rank, err)
-	}
-	if err := s.KV.Fence(ctx); err != nil {
-		return nil, fmt.Errorf("collectives: init: rank %d: fence: %w", s.Rank, err)
-	}
-	recs := make([]record, s.Size)
-	recs[s.Rank] = rec
-	for r := range s.Size {
-		if r == s.Rank {
-			continue
-		}
-		v, err := s.KV.Get(key(r))
-		if err != nil {
-			return nil, fmt.Errorf("collectives: init: rank %d's addresses: %w", r, err)
-		}
-		if err := json.Unmarshal([]byte(v), &recs[r]); err != nil {
-			return nil, fmt.Errorf("collectives: init: rank %d's addresses %q: %w", r, v, err)
-		}
-		e.hosts[r] = recs[r].Host
-	}
-
-	// kind says which transport a pair uses: 0 tcp, 1 shm, 2 the plugin's
-	// (where both ends have it; TCP otherwise, which only a fallback
-	// allows).
-	kind := func(peer int) int {
-		plugin := rec.Plugin != nil && recs[peer].Plugin != nil
-		switch {
-		case s.Transport == "tcp":
-			return 0
-		case s.Transport == "shm":
-			return 1
-		case s.Transport == "plugin" && plugin:
-			return 2
-		case s.Transport == "plugin":
-			return 0
-		case e.hosts[peer] == s.Host:
-			return 1
-		case plugin:
-			return 2
-		}
-		return 0
-	}
-	errsOf := func(r record) [3]string { return [3]string{r.TCPErr, r.SHMErr, r.PluginErr} }
-	expect := [3]int{}
-	for r := range s.Size {
-		if r == s.Rank {
-			continue
-		}
-		k := kind(r)
-		if k == 0 && s.Plugin != "" && s.Fallback != "tcp" && (s.Transport == "plugin" || e.hosts[r] != s.Host) {
-			who, why := r, recs[r].PluginErr
-			if rec.Plugin == nil {
-				who, why = s.Rank, rec.PluginErr
-			}
-			if why == "" {
-				why = "the plugin provides no transport"
-			}
-			return nil, fmt.Errorf("collectives: init: rank %d has no %s transport to reach rank %d: rank %d: %s", s.Rank, names[2], r, who, why)
-		}
-		expect[k]++
-		if lis[k] == nil {
-			return nil, fmt.Errorf("collectives: init: rank %d needs %s to reach rank %d (host %d) but cannot listen on it: %s", s.Rank, names[k], r, e.hosts[r], errsOf(rec)[k])
-		}
-		e.links[r] = &link{name: names[k]}
-	}
-	for k := range lis {
-		if lis[k] != nil && expect[k] == 0 {
-			lis[k].Close()
-			lis[k] = nil
-		}
-	}
-
-	var wg sync.WaitGroup
-	errs := make(chan error, 2*s.Size)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	fail := func(err error) { errs <- err; cancel() }
-	for r := range s.Size {
-		if r == s.Rank {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			k := kind(r)
-			h := [3][]byte{recs[r].TCP, recs[r].SHM, recs[r].Plugin}[k]
-			if h == nil {
-				why := errsOf(recs[r])[k]
-				if why == "" {
-					why = "it did not listen on " + names[k] + " (is " + EnvTransport + " the same on every rank?)"
-				}
-				fail(fmt.Errorf("collectives: init: rank %d (host %d) has no %s address: %s", r, e.hosts[r], names[k], why))
-				return
-			}
-			c, err := trs[k].Connect(ctx, h)
-			if err != nil {
-				fail(fmt.Errorf("collectives: init: rank %d: connecting to rank %d (host %d) over %s: %w", s.Rank, r, e.hosts[r], names[k], err))
-				return
-			}
-			e.links[r].send = c
-			req, err := c.Isend(hello(s.Rank), helloTag, nil)
-			if err == nil {
-				_, err = req.Wait(ctx)
-			}
-			if err != nil {
-				fail(fmt.Errorf("collectives: init: rank %d: greeting rank %d over %s: %w", s.Rank, r, names[k], err))
-			}
-		}()
-	}
-	for k := range lis {
-		for range expect[k] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := accept(ctx, lis[k], e, kind, k, names[k]); err != nil {
-					fail(err)
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	for _, l := range lis {
-		if l != nil {
-			l.Close()
-		}
-	}
-	close(errs)
-	if err := <-errs; err != nil {
+	st := newInitState(s, mode, e, opts.logger())
+	c, err := st.run(ctx, opts)
+	if err != nil {
+		e.close()
 		return nil, err
 	}
-	local := 0
-	for _, h := range e.hosts {
-		if h == s.Host {
-			local++
-		}
+	return c, nil
+}
+
+// ParseTransport returns the transport.Mode that a transport setting
+// names (Setup.Transport, EnvTransport, gorun bench --transport): "" or
+// "auto", "tcp", "shm", or "plugin". Its error quotes the value and says
+// what would do; the caller names the setting it came from.
+func ParseTransport(name string) (transport.Mode, error) {
+	switch name {
+	case "", "auto":
+		return transport.ModeAuto, nil
+	case "tcp":
+		return transport.ModeTCP, nil
+	case "shm":
+		return transport.ModeSHM, nil
+	case "plugin":
+		return transport.ModePlugin, nil
 	}
-	e.crowded = local > runtime.NumCPU()
-	for _, l := range e.links {
-		if l == nil {
-			continue
-		}
-		for _, c := range []any{l.send, l.recv} {
-			if p, ok := c.(poller); ok {
-				e.pollers = append(e.pollers, p)
-			}
-		}
+	return transport.ModeAuto, fmt.Errorf("%q: want auto, tcp, shm or plugin", name)
+}
+
+// checkSetup checks what InitWith can check of s alone, and returns the
+// transport mode s names. Its errors wrap ErrInvalid.
+func checkSetup(s Setup) (transport.Mode, error) {
+	if s.Size < 1 || s.Rank < 0 || s.Rank >= s.Size {
+		return 0, fmt.Errorf("%w: init: rank %d of %d", ErrInvalid, s.Rank, s.Size)
 	}
-	if coll != nil {
-		if err := joinCollective(ctx, s, coll, recs); err != nil {
-			return nil, err
-		}
-		if recsHaveColl(recs) {
-			e.offload = coll
-		}
+	if s.KV == nil && s.Size > 1 {
+		return 0, fmt.Errorf("%w: init: no rendezvous store", ErrInvalid)
 	}
-	if pluginEverywhere(recs) && (opts == nil || opts.ChunkBytes == 0) && os.Getenv(EnvChunk) == "" {
-		// Every message through a plugin costs a few wake-ups of the
-		// plugin processes: fewer, larger ring chunks (measured: 1.8 to
-		// 2.2 times the busbw of 128 KiB chunks at 1 to 16 MiB).
-		o := Options{}
-		if opts != nil {
-			o = *opts
-		}
-		o.ChunkBytes = PluginChunkBytes
-		opts = &o
+	mode, err := ParseTransport(s.Transport)
+	if err != nil {
+		return mode, fmt.Errorf("%w: init: transport %w (%s)", ErrInvalid, err, EnvTransport)
 	}
-	c, err := newWorld(e, s.Size, opts)
-	if err == nil {
-		ok = true
+	if mode == transport.ModePlugin && s.Plugin == "" {
+		return mode, fmt.Errorf("%w: init: transport plugin needs a plugin (%s, gorun --plugin)", ErrInvalid, EnvPlugin)
 	}
-	return c, err
+	switch s.Fallback {
+	case "", "tcp":
+	default:
+		return mode, fmt.Errorf("%w: init: transport fallback %q: want tcp or nothing (%s)", ErrInvalid, s.Fallback, EnvFallback)
+	}
+	return mode, nil
 }
 
 // PluginChunkBytes is the ring chunk of a world whose every rank carries
@@ -510,37 +269,21 @@ func pluginEverywhere(recs []record) bool {
 	return true
 }
 
-// accept takes one connection from l and files it under the rank that its
-// first message names.
-func accept(ctx context.Context, l transport.Listener, e *endpoint, kind func(int) int, k int, name string) error {
-	c, err := l.Accept(ctx)
-	if err != nil {
-		return fmt.Errorf("collectives: init: rank %d: accepting over %s: %w", e.rank, name, err)
+// pluginChunk returns opts, with ChunkBytes PluginChunkBytes when every
+// rank listens on a plugin transport and neither opts nor EnvChunk set a
+// chunk. Every message through a plugin costs a few wake-ups of the plugin
+// processes: fewer, larger ring chunks (measured: 1.8 to 2.2 times the
+// busbw of 128 KiB chunks at 1 to 16 MiB).
+func pluginChunk(opts *Options, recs []record) *Options {
+	if !pluginEverywhere(recs) || (opts != nil && opts.ChunkBytes != 0) || os.Getenv(EnvChunk) != "" {
+		return opts
 	}
-	buf := make([]byte, 4)
-	req, err := c.Irecv(buf, helloTag, nil)
-	var n int
-	if err == nil {
-		n, err = req.Wait(ctx)
+	o := Options{}
+	if opts != nil {
+		o = *opts
 	}
-	if err != nil || n != 4 {
-		c.Close()
-		return fmt.Errorf("collectives: init: rank %d: reading who connected from %s over %s: %v", e.rank, c.Peer(), name, err)
-	}
-	peer := int(binary.LittleEndian.Uint32(buf))
-	if peer < 0 || peer >= len(e.links) || peer == e.rank || kind(peer) != k {
-		c.Close()
-		return fmt.Errorf("collectives: init: rank %d: a connection over %s from %s says it is rank %d", e.rank, name, c.Peer(), peer)
-	}
-	lk := e.links[peer]
-	lk.rmu.Lock()
-	defer lk.rmu.Unlock()
-	if lk.recv != nil {
-		c.Close()
-		return fmt.Errorf("collectives: init: rank %d: rank %d connected twice", e.rank, peer)
-	}
-	lk.recv = c
-	return nil
+	o.ChunkBytes = PluginChunkBytes
+	return &o
 }
 
 // newWorld makes the communicator over e and has its Close close e.

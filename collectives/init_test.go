@@ -1,15 +1,20 @@
 package collectives_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gorun/gorun/collectives"
+	"github.com/gorun/gorun/transport"
 )
 
 // memKV is a rendezvous store for ranks that are goroutines of one
@@ -65,9 +70,9 @@ func (m *memKV) Fence(ctx context.Context) error {
 // world starts n ranks as goroutines, each connected by InitWith with the
 // given transport choice and hosts, runs f on each, closes them, and
 // returns each rank's error.
-func world(t *testing.T, n int, transport string, hosts []int, opts *collectives.Options, f func(c *collectives.Communicator) error) []error {
+func world(t *testing.T, n int, tr string, hosts []int, opts *collectives.Options, f func(c *collectives.Communicator) error) []error {
 	t.Helper()
-	return worldWith(t, n, collectives.Setup{Transport: transport}, hosts, opts, f)
+	return worldWith(t, n, collectives.Setup{Transport: tr}, hosts, opts, f)
 }
 
 // worldWith is world with more of the Setup (a plugin, a fallback): every
@@ -292,5 +297,63 @@ func TestInitTransportDisagreement(t *testing.T) {
 	wg.Wait()
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 (host 0) has no tcp address: it did not listen on tcp") {
 		t.Errorf("rank 0: %v", errs[0])
+	}
+}
+
+func TestParseTransport(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want transport.Mode
+		err  string
+	}{
+		{"", transport.ModeAuto, ""},
+		{"auto", transport.ModeAuto, ""},
+		{"tcp", transport.ModeTCP, ""},
+		{"shm", transport.ModeSHM, ""},
+		{"plugin", transport.ModePlugin, ""},
+		{"ib", 0, `"ib": want auto, tcp, shm or plugin`},
+		{"TCP", 0, `"TCP": want auto, tcp, shm or plugin`},
+	} {
+		got, err := collectives.ParseTransport(tc.in)
+		switch {
+		case tc.err != "" && (err == nil || err.Error() != tc.err):
+			t.Errorf("ParseTransport(%q) = %v, want error %q", tc.in, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("ParseTransport(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+	_, err := collectives.InitWith(context.Background(), collectives.Setup{Rank: 0, Size: 2, KV: newMemKV(2), Transport: "ib"}, nil)
+	if want := `collectives: invalid argument: init: transport "ib": want auto, tcp, shm or plugin (GORUN_COLL_TRANSPORT)`; err == nil || err.Error() != want {
+		t.Errorf("InitWith with transport ib: %v, want %q", err, want)
+	}
+}
+
+// Options.Logger receives InitWith's warnings, word for word as they used
+// to reach standard error.
+func TestInitLogger(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	logger := log.New(&buf, "", 0)
+	missing := filepath.Join(t.TempDir(), "gorun-plugin-nothere")
+	errs := worldWith(t, 2, collectives.Setup{Plugin: missing, Fallback: "tcp"}, []int{0, 1}, &collectives.Options{Logger: logger}, func(c *collectives.Communicator) error {
+		if got := c.Transports(); got != "tcp" {
+			return fmt.Errorf("transports %q, want tcp", got)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	slices.Sort(lines)
+	if len(lines) != 2 {
+		t.Fatalf("logged %q, want a line per rank", buf.String())
+	}
+	for r, l := range lines {
+		prefix := fmt.Sprintf("gorun: rank %d: ", r)
+		if !strings.HasPrefix(l, prefix) || !strings.Contains(l, "gorun-plugin-nothere") || !strings.HasSuffix(l, "; going on over tcp (--transport-fallback tcp)") {
+			t.Errorf("line %q, want %q, the plugin, and the fallback", l, prefix)
+		}
 	}
 }

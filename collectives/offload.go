@@ -3,7 +3,7 @@ package collectives
 import (
 	"context"
 	"fmt"
-	"os"
+	"log"
 	"strings"
 
 	"github.com/gorun/gorun/plugins"
@@ -18,11 +18,12 @@ type Offloader interface {
 	Run(ctx context.Context, op plugins.Op, send, recv []byte) (bool, error)
 }
 
-// openPlugin starts the plugin s names for this rank.
-func openPlugin(s Setup) (*plugins.Client, error) {
+// openPlugin starts the plugin s names for this rank, its log going to
+// logger's writer.
+func openPlugin(s Setup, logger *log.Logger) (*plugins.Client, error) {
 	o := plugins.Options{
 		Rank: s.Rank, Size: s.Size, LocalRank: s.LocalRank,
-		Iface: s.Iface, PluginOptions: s.PluginOptions, Log: os.Stderr,
+		Iface: s.Iface, PluginOptions: s.PluginOptions, Log: logger.Writer(),
 	}
 	if strings.ContainsRune(s.Plugin, '/') {
 		o.Path = s.Plugin
@@ -44,13 +45,13 @@ func recsHaveColl(recs []record) bool {
 
 // joinCollective gives the plugin's collective every rank's handle, when
 // every rank has one; otherwise the communicator runs every collective
-// itself, and rank 0 says why.
-func joinCollective(ctx context.Context, s Setup, k *plugins.Collective, recs []record) error {
+// itself, and rank 0 says why on logger.
+func joinCollective(ctx context.Context, s Setup, k *plugins.Collective, recs []record, logger *log.Logger) error {
 	if !recsHaveColl(recs) {
 		if s.Rank == 0 {
 			for r, rec := range recs {
 				if !rec.HasColl {
-					fmt.Fprintf(os.Stderr, "gorun: rank %d has no collective plugin (%s); every rank runs its own algorithms\n", r, rec.PluginErr)
+					logger.Printf("gorun: rank %d has no collective plugin (%s); every rank runs its own algorithms", r, rec.PluginErr)
 					break
 				}
 			}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/closers"
-	"github.com/gorun/gorun/internal/mr"
+	"github.com/gorun/gorun/internal/memreg"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/shmring"
 	"github.com/gorun/gorun/plugins/internal/wire"
@@ -235,7 +235,7 @@ func (cn *conn) opErr(op string, err error) error {
 
 func (cn *conn) Peer() string { return cn.peer }
 
-func (cn *conn) RegMr(buf []byte) (transport.MemHandle, error) {
+func (cn *conn) RegMR(buf []byte) (transport.MemHandle, error) {
 	if cn.closed.Load() {
 		return nil, cn.opErr("regmr", transport.ErrClosed)
 	}
@@ -244,11 +244,11 @@ func (cn *conn) RegMr(buf []byte) (transport.MemHandle, error) {
 			return nil, cn.opErr("regmr", err)
 		}
 	}
-	return &mr.Handle{Owner: cn, Buf: buf}, nil
+	return &memreg.Handle{Owner: cn, Buf: buf}, nil
 }
 
-func (cn *conn) DeregMr(mh transport.MemHandle) error {
-	_, err := mr.Release(cn.name(), cn, mh)
+func (cn *conn) DeregMR(mh transport.MemHandle) error {
+	_, err := memreg.Release(cn.name(), cn, mh)
 	return err
 }
 
@@ -268,7 +268,7 @@ func (cn *conn) post(op string, buf []byte, tag uint64, mh transport.MemHandle, 
 	if f := cn.failed.Load(); f != nil {
 		return nil, *f
 	}
-	m, err := mr.Check(cn.name(), cn, mh, buf)
+	m, err := memreg.Check(cn.name(), cn, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -368,7 +368,7 @@ type hreq struct {
 	inline  bool   // an inline receive: the data comes in the completion
 	dst     []byte // the caller's buffer, for inline and bounced receives
 	bounce  *transport.Region
-	mh      *mr.Handle
+	mh      *memreg.Handle
 	counted bool // counts toward conn's requests in flight
 }
 

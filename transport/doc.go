@@ -10,7 +10,7 @@
 //     which returns the send side of a one-way connection ([SendConn]);
 //     [Listener.Accept] returns its receive side ([RecvConn]). Two ranks that
 //     talk both ways make two connections, one each way.
-//   - Memory is registered per connection with [Conn.RegMr]. Registration is
+//   - Memory is registered per connection with [Conn.RegMR]. Registration is
 //     optional for ordinary Go memory; it is what lets a transport move a
 //     buffer without intermediate copies when the buffer lies in a [Region]
 //     (memfd-backed memory from [Alloc]), and what a transport that talks to
@@ -55,8 +55,10 @@
 //
 // # What the package does not do
 //
-// It does not choose a transport (the caller does, from topology and
-// capability), does not exchange handles (the rendezvous package does), and
-// does not reduce or gather anything (the collectives package does).
+// It holds the rule that picks the kind of transport a pair of ranks talks
+// over ([Mode.Pick]), but not the facts the rule needs: the caller learns
+// which ranks share a host and which have a plugin transport. It does not
+// exchange handles (the rendezvous package does), and does not reduce or
+// gather anything (the collectives package does).
 // Package transporttest holds the contract tests every transport must pass.
 package transport

@@ -19,7 +19,7 @@ var (
 	ErrBadHandle = errors.New("transport: bad handle")
 	// ErrBadMemHandle is returned for a memory handle that this connection
 	// did not make, that was released, that does not contain the buffer,
-	// or (by DeregMr) that requests in flight still use.
+	// or (by DeregMR) that requests in flight still use.
 	ErrBadMemHandle = errors.New("transport: bad memory handle")
 	// ErrTruncated completes a receive whose message was longer than its
 	// buffer.

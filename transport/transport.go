@@ -68,17 +68,17 @@ type Listener interface {
 
 // Conn is what both sides of a connection have in common.
 type Conn interface {
-	// RegMr registers buf for use as a send or receive buffer on this
+	// RegMR registers buf for use as a send or receive buffer on this
 	// connection and returns the handle to pass with it. Transports that
 	// need no registration return a handle that only records buf. A buf
 	// inside a Region (see Alloc) may be shared with the peer so that
 	// transfers from it need no intermediate copy; this may take a round
 	// trip to the peer. The handle is valid on this connection only.
-	RegMr(buf []byte) (MemHandle, error)
-	// DeregMr releases a registration. It returns an error wrapping
+	RegMR(buf []byte) (MemHandle, error)
+	// DeregMR releases a registration. It returns an error wrapping
 	// ErrBadMemHandle when mh was not made by this connection, was
 	// already released, or is still used by a request in flight.
-	DeregMr(mh MemHandle) error
+	DeregMR(mh MemHandle) error
 	// Peer names the other end (an address, a process) for errors and
 	// logs.
 	Peer() string
@@ -91,7 +91,7 @@ type Conn interface {
 type SendConn interface {
 	Conn
 	// Isend starts sending buf with tag. mh is nil or a handle from
-	// RegMr on this connection whose memory contains buf (ErrBadMemHandle
+	// RegMR on this connection whose memory contains buf (ErrBadMemHandle
 	// otherwise). The request is done when buf may be reused; its size is
 	// len(buf). Isend returns ErrWouldBlock when Info().MaxRequests
 	// requests are in flight, and the connection's error once it failed.
@@ -121,7 +121,7 @@ type Request interface {
 	Wait(ctx context.Context) (n int, err error)
 }
 
-// MemHandle is a registration made by Conn.RegMr. It is opaque except for
+// MemHandle is a registration made by Conn.RegMR. It is opaque except for
 // the memory it covers.
 type MemHandle interface {
 	// Bytes returns the registered memory.

@@ -16,6 +16,7 @@ import (
 	"github.com/gorun/gorun/collectives"
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/transport"
 )
 
 // benchWorker is the hidden first argument of a `gorun bench` rank: gorun
@@ -122,14 +123,12 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	if cfg.Sizes, err = collbench.Sizes(lo, hi, c.Int("stepfactor"), step, int64(collbench.ElemSize(cfg.DType))); err != nil {
 		return usage("%v", err)
 	}
-	switch t := c.String("transport"); t {
-	case "", "auto", "tcp", "shm":
-	case "plugin":
-		if c.String("plugin") == "" {
-			return usage("--transport plugin: which one? (--plugin NAME)")
-		}
-	default:
-		return usage("--transport %q: want auto, tcp, shm or plugin", t)
+	mode, err := collectives.ParseTransport(c.String("transport"))
+	if err != nil {
+		return usage("--transport %v", err)
+	}
+	if mode == transport.ModePlugin && c.String("plugin") == "" {
+		return usage("--transport plugin: which one? (--plugin NAME)")
 	}
 
 	o, err := jobOptions(c, stdout, stderr)

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gorun/gorun/internal/mr"
+	"github.com/gorun/gorun/internal/memreg"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
 	"github.com/gorun/gorun/transport"
@@ -284,7 +284,7 @@ type sendConn struct {
 	rdv       map[uint64]*sendReq // RTS sent, waiting for CTS or FIN
 	streaming []*sendReq          // CTS received, chunks to copy
 
-	regMu  sync.Mutex     // one RegMr round trip at a time
+	regMu  sync.Mutex     // one RegMR round trip at a time
 	shared map[uint64]int // regions passed to the peer: registrations
 	acks   chan sockMsg
 }
@@ -293,7 +293,7 @@ type sendReq struct {
 	*request.Request
 	seq, tag uint64
 	buf      []byte
-	mh       *mr.Handle
+	mh       *memreg.Handle
 	eager    bool
 	zc       bool   // the receiver reads buf from the region
 	region   uint64 // and where
@@ -320,9 +320,9 @@ func newSendConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 	return c
 }
 
-// RegMr implements transport.Conn. Memory inside a transport.Region is passed to the receiver (its memfd, once per region and connection), which maps it read-only and then copies messages straight out of it.
-func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	m := &mr.Handle{Owner: c, Buf: buf}
+// RegMR implements transport.Conn. Memory inside a transport.Region is passed to the receiver (its memfd, once per region and connection), which maps it read-only and then copies messages straight out of it.
+func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
+	m := &memreg.Handle{Owner: c, Buf: buf}
 	reg, off, ok := transport.FindRegion(buf)
 	if !ok {
 		return m, nil
@@ -365,9 +365,9 @@ func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
 	return m, nil
 }
 
-// DeregMr implements transport.Conn.
-func (c *sendConn) DeregMr(mh transport.MemHandle) error {
-	m, err := mr.Release("shm", c, mh)
+// DeregMR implements transport.Conn.
+func (c *sendConn) DeregMR(mh transport.MemHandle) error {
+	m, err := memreg.Release("shm", c, mh)
 	if err != nil || m.Region == nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func (c *sendConn) DeregMr(mh transport.MemHandle) error {
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := mr.Check("shm", c, mh, buf)
+	m, err := memreg.Check("shm", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -601,7 +601,7 @@ type recvConn struct {
 type recvReq struct {
 	*request.Request
 	buf    []byte
-	mh     *mr.Handle
+	mh     *memreg.Handle
 	seq    uint64
 	size   int // the message's size
 	want   int // the bytes of it that land in buf
@@ -637,20 +637,20 @@ func newRecvConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 	return c
 }
 
-// RegMr implements transport.Conn.
-func (c *recvConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &mr.Handle{Owner: c, Buf: buf}, nil
+// RegMR implements transport.Conn.
+func (c *recvConn) RegMR(buf []byte) (transport.MemHandle, error) {
+	return &memreg.Handle{Owner: c, Buf: buf}, nil
 }
 
-// DeregMr implements transport.Conn.
-func (c *recvConn) DeregMr(mh transport.MemHandle) error {
-	_, err := mr.Release("shm", c, mh)
+// DeregMR implements transport.Conn.
+func (c *recvConn) DeregMR(mh transport.MemHandle) error {
+	_, err := memreg.Release("shm", c, mh)
 	return err
 }
 
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := mr.Check("shm", c, mh, buf)
+	m, err := memreg.Check("shm", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -670,7 +670,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.held -= u.size + eagerOverhead
 		n := copy(buf, u.data)
 		c.consume(u.size)
-		return request.Done(n, mr.Truncated("shm", u.size, n)), nil
+		return request.Done(n, memreg.Truncated("shm", u.size, n)), nil
 	} else if ok {
 		r := c.add(buf, m)
 		c.startRdv(r, u)
@@ -683,7 +683,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	return r, nil
 }
 
-func (c *recvConn) add(buf []byte, m *mr.Handle) *recvReq {
+func (c *recvConn) add(buf []byte, m *memreg.Handle) *recvReq {
 	r := &recvReq{Request: request.New(c), buf: buf, mh: m}
 	c.pending[r] = struct{}{}
 	if m != nil {
@@ -731,7 +731,7 @@ func (c *recvConn) startRdv(r *recvReq, u *inbound) {
 	default:
 		c.ctrl(recCTS, u.seq, uint64(r.want))
 		if r.want == 0 {
-			c.finish(r, 0, mr.Truncated("shm", r.size, 0))
+			c.finish(r, 0, memreg.Truncated("shm", r.size, 0))
 		} else {
 			c.active[u.seq] = r
 		}
@@ -847,7 +847,7 @@ func (c *recvConn) poll() bool {
 			c.zjobs = c.zjobs[1:]
 			if r.Pending() {
 				c.ctrl(recFIN, r.seq, 0)
-				c.finish(r, r.want, mr.Truncated("shm", r.size, r.want))
+				c.finish(r, r.want, memreg.Truncated("shm", r.size, r.want))
 			}
 		}
 	}
@@ -873,7 +873,7 @@ func (c *recvConn) record(x rec) error {
 		}
 		if r, ok := c.posted.Pop(x.A); ok {
 			n := copy(r.buf, x.Payload)
-			c.finish(r, n, mr.Truncated("shm", size, n))
+			c.finish(r, n, memreg.Truncated("shm", size, n))
 			c.consume(size)
 			return nil
 		}
@@ -914,7 +914,7 @@ func (c *recvConn) record(x rec) error {
 		r.got += copy(r.buf[r.got:], x.Payload)
 		if r.got == r.want {
 			delete(c.active, x.A)
-			c.finish(r, r.want, mr.Truncated("shm", r.size, r.want))
+			c.finish(r, r.want, memreg.Truncated("shm", r.size, r.want))
 		}
 	default:
 		return fmt.Errorf("%w: data record of type %d", transport.ErrProtocol, x.Type)

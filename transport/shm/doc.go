@@ -30,7 +30,7 @@
 // the message through the ring in chunks of a quarter ring, pipelined with
 // the receiver copying them out. When the send buffer lies in a
 // transport.Region registered on the connection, the region's memfd was
-// passed to the receiver once at RegMr time, the RTS names the region and
+// passed to the receiver once at RegMR time, the RTS names the region and
 // offset, and the receiver copies straight from the sender's memory into
 // its buffer (one copy instead of two), then answers FIN. Eager messages
 // that arrive before their receive are copied out of the ring (up to a

@@ -185,7 +185,7 @@ func TestZeroCopyPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reg.Close()
-	mh, err := sc.RegMr(reg.Bytes())
+	mh, err := sc.RegMR(reg.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestZeroCopyPath(t *testing.T) {
 	if used := sc.(*sendConn).seg.data.Head() - headBefore; used > shmring.Align {
 		t.Errorf("the message took %d bytes of the ring; zero copy takes one RTS record", used)
 	}
-	if err := sc.DeregMr(mh); err != nil {
+	if err := sc.DeregMR(mh); err != nil {
 		t.Fatal(err)
 	}
 	// The receiver unmaps the region once it hears of the release.

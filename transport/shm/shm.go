@@ -34,7 +34,7 @@ const (
 	// zcopyStep is the most a zero-copy receive copies per poll, so that
 	// other work on the connection is not held up for long.
 	zcopyStep = 4 << 20
-	// setupTimeout bounds a connection's handshake and RegMr's round trip.
+	// setupTimeout bounds a connection's handshake and RegMR's round trip.
 	setupTimeout = 10 * time.Second
 )
 

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorun/gorun/internal/mr"
+	"github.com/gorun/gorun/internal/memreg"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
 	"github.com/gorun/gorun/transport"
@@ -66,7 +66,7 @@ type sendReq struct {
 	*request.Request
 	seq   uint64
 	buf   []byte
-	mh    *mr.Handle
+	mh    *memreg.Handle
 	rdv   bool         // sent as RTS, waiting for CTS
 	parts atomic.Int32 // writes still to finish
 }
@@ -105,20 +105,20 @@ func (c *sendConn) opErr(op string, err error) error {
 	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
 }
 
-// RegMr implements transport.Conn.
-func (c *sendConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &mr.Handle{Owner: c, Buf: buf}, nil
+// RegMR implements transport.Conn.
+func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
+	return &memreg.Handle{Owner: c, Buf: buf}, nil
 }
 
-// DeregMr implements transport.Conn.
-func (c *sendConn) DeregMr(mh transport.MemHandle) error {
-	_, err := mr.Release("tcp", c, mh)
+// DeregMR implements transport.Conn.
+func (c *sendConn) DeregMR(mh transport.MemHandle) error {
+	_, err := memreg.Release("tcp", c, mh)
 	return err
 }
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := mr.Check("tcp", c, mh, buf)
+	m, err := memreg.Check("tcp", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +334,7 @@ type recvConn struct {
 type recvReq struct {
 	*request.Request
 	buf  []byte
-	mh   *mr.Handle
+	mh   *memreg.Handle
 	size int // the message's size, once known
 	want int // bytes of it that will land in buf
 	got  atomic.Int64
@@ -389,20 +389,20 @@ func (c *recvConn) opErr(op string, err error) error {
 	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
 }
 
-// RegMr implements transport.Conn.
-func (c *recvConn) RegMr(buf []byte) (transport.MemHandle, error) {
-	return &mr.Handle{Owner: c, Buf: buf}, nil
+// RegMR implements transport.Conn.
+func (c *recvConn) RegMR(buf []byte) (transport.MemHandle, error) {
+	return &memreg.Handle{Owner: c, Buf: buf}, nil
 }
 
-// DeregMr implements transport.Conn.
-func (c *recvConn) DeregMr(mh transport.MemHandle) error {
-	_, err := mr.Release("tcp", c, mh)
+// DeregMR implements transport.Conn.
+func (c *recvConn) DeregMR(mh transport.MemHandle) error {
+	_, err := memreg.Release("tcp", c, mh)
 	return err
 }
 
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := mr.Check("tcp", c, mh, buf)
+	m, err := memreg.Check("tcp", c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +429,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.mu.Unlock()
 		n := copy(buf, u.data)
 		c.credit(len(u.data))
-		return request.Done(n, mr.Truncated("tcp", len(u.data), n)), nil
+		return request.Done(n, memreg.Truncated("tcp", len(u.data), n)), nil
 	case ok:
 		c.add(r)
 		c.startRdv(r, u.seq, u.size)
@@ -478,7 +478,7 @@ func (c *recvConn) startRdv(r *recvReq, seq uint64, size int) {
 	frame{fCTS, seq, uint64(r.want), 0}.put(&j.hdr)
 	c.w.push(j)
 	if r.want == 0 {
-		c.finish(r, 0, mr.Truncated("tcp", size, 0))
+		c.finish(r, 0, memreg.Truncated("tcp", size, 0))
 	}
 }
 
@@ -569,7 +569,7 @@ func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
 		}
 	}
 	c.mu.Lock()
-	c.finish(r, got, mr.Truncated("tcp", n, got))
+	c.finish(r, got, memreg.Truncated("tcp", n, got))
 	c.mu.Unlock()
 	c.credit(n)
 	return nil
@@ -603,7 +603,7 @@ func (c *recvConn) data(br *bufio.Reader, seq, off, n uint64) error {
 	case got == int64(r.want):
 		c.mu.Lock()
 		delete(c.active, seq)
-		c.finish(r, r.want, mr.Truncated("tcp", r.size, r.want))
+		c.finish(r, r.want, memreg.Truncated("tcp", r.size, r.want))
 		c.mu.Unlock()
 	case got > int64(r.want):
 		return fmt.Errorf("%w: too much data for message %d", transport.ErrProtocol, seq)

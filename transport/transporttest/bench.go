@@ -60,7 +60,7 @@ func buffers(b *testing.B, c transport.Conn, n, size int, registered bool) ([][]
 		b.Skip(err)
 	}
 	b.Cleanup(func() { r.Close() })
-	mh, err := c.RegMr(r.Bytes())
+	mh, err := c.RegMR(r.Bytes())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,7 +37,7 @@
 //   - Truncated: a short receive buffer gets the message's beginning and
 //     transport.ErrTruncated; the connection stays usable.
 //   - Registered: buffers in transport.Regions, registered on one side, the
-//     other or both; DeregMr refuses a handle in use or released.
+//     other or both; DeregMR refuses a handle in use or released.
 //   - MemHandleMisuse: a buffer outside its MemHandle, or another
 //     connection's MemHandle, is transport.ErrBadMemHandle.
 //   - BadHandle: bytes that are not a handle are transport.ErrBadHandle; a

@@ -191,13 +191,13 @@ func (s *suite) testRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	smh, err := sc.RegMr(src.Bytes())
+	smh, err := sc.RegMR(src.Bytes())
 	if err != nil {
-		t.Fatalf("RegMr on the send side: %v", err)
+		t.Fatalf("RegMR on the send side: %v", err)
 	}
-	rmh, err := rc.RegMr(dst.Bytes())
+	rmh, err := rc.RegMR(dst.Bytes())
 	if err != nil {
-		t.Fatalf("RegMr on the receive side: %v", err)
+		t.Fatalf("RegMR on the receive side: %v", err)
 	}
 	plain := make([]byte, size)
 	for i, c := range []struct {
@@ -239,8 +239,8 @@ func (s *suite) testRegistered(t *testing.T) {
 	}
 	// A registration in use cannot be released; a released one is gone.
 	rr := irecv(t, rc, dst.Bytes()[:10], 6, rmh)
-	if err := rc.DeregMr(rmh); !errors.Is(err, transport.ErrBadMemHandle) {
-		t.Errorf("DeregMr of a handle in use = %v, want ErrBadMemHandle", err)
+	if err := rc.DeregMR(rmh); !errors.Is(err, transport.ErrBadMemHandle) {
+		t.Errorf("DeregMR of a handle in use = %v, want ErrBadMemHandle", err)
 	}
 	mustWait(t, "send", isend(t, sc, src.Bytes()[:10], 6, smh), 10)
 	mustWait(t, "receive", rr, 10)
@@ -249,11 +249,11 @@ func (s *suite) testRegistered(t *testing.T) {
 		if c == transport.Conn(rc) {
 			mh = rmh
 		}
-		if err := c.DeregMr(mh); err != nil {
-			t.Errorf("DeregMr: %v", err)
+		if err := c.DeregMR(mh); err != nil {
+			t.Errorf("DeregMR: %v", err)
 		}
-		if err := c.DeregMr(mh); !errors.Is(err, transport.ErrBadMemHandle) {
-			t.Errorf("second DeregMr = %v, want ErrBadMemHandle", err)
+		if err := c.DeregMR(mh); !errors.Is(err, transport.ErrBadMemHandle) {
+			t.Errorf("second DeregMR = %v, want ErrBadMemHandle", err)
 		}
 	}
 	if _, err := sc.Isend(src.Bytes()[:10], 6, smh); !errors.Is(err, transport.ErrBadMemHandle) {
@@ -267,11 +267,11 @@ func (s *suite) testMemHandleMisuse(t *testing.T) {
 	sc, rc := connect(t, a, b)
 	sc2, rc2 := connect(t, a, b)
 	buf := make([]byte, 100)
-	smh, err := sc.RegMr(buf[:50])
+	smh, err := sc.RegMR(buf[:50])
 	if err != nil {
 		t.Fatal(err)
 	}
-	rmh, err := rc.RegMr(buf[:50])
+	rmh, err := rc.RegMR(buf[:50])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func (s *suite) testMemHandleMisuse(t *testing.T) {
 		{"Isend with another connection's handle", func() error { _, err := sc2.Isend(buf[:10], 1, smh); return err }},
 		{"Irecv with another connection's handle", func() error { _, err := rc2.Irecv(buf[:10], 1, rmh); return err }},
 		{"Isend with a receive handle", func() error { _, err := sc.Isend(buf[:10], 1, rmh); return err }},
-		{"DeregMr of another connection's handle", func() error { return sc2.DeregMr(smh) }},
+		{"DeregMR of another connection's handle", func() error { return sc2.DeregMR(smh) }},
 	} {
 		if err := c.err(); !errors.Is(err, transport.ErrBadMemHandle) {
 			t.Errorf("%s = %v, want ErrBadMemHandle", c.what, err)

@@ -143,9 +143,9 @@ func exchangeParent(t *testing.T, p *peer, c *peerproc.Child) {
 		defer r.Close()
 		dst = r.Bytes()[:regionMsg]
 	}
-	mh, err := p.rc.RegMr(dst)
+	mh, err := p.rc.RegMR(dst)
 	if err != nil {
-		t.Fatalf("RegMr: %v", err)
+		t.Fatalf("RegMR: %v", err)
 	}
 	mustWait(t, "receive from a registered region", irecv(t, p.rc, dst, 3, mh), regionMsg)
 	if err := check(dst, 77); err != nil {
@@ -187,13 +187,13 @@ func exchangeChild(t *testing.T, p *peer) {
 		src = r.Bytes()[:regionMsg]
 	}
 	fill(src, 77)
-	mh, err := p.sc.RegMr(src)
+	mh, err := p.sc.RegMR(src)
 	if err != nil {
-		t.Fatalf("RegMr: %v", err)
+		t.Fatalf("RegMR: %v", err)
 	}
 	mustWait(t, "send from a registered region", isend(t, p.sc, src, 3, mh), regionMsg)
-	if err := p.sc.DeregMr(mh); err != nil {
-		t.Errorf("DeregMr: %v", err)
+	if err := p.sc.DeregMR(mh); err != nil {
+		t.Errorf("DeregMR: %v", err)
 	}
 	p.ctl.Say(t, "done")
 	p.ctl.Drain() // until the parent closes the channel

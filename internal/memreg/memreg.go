@@ -1,6 +1,7 @@
-// Package mr holds the memory registrations of the built-in transports: the
-// handle RegMr returns, and the checks of Isend, Irecv and DeregMr.
-package mr
+// Package memreg holds the memory registrations of the built-in
+// transports: the handle RegMR returns, and the checks of Isend, Irecv and
+// DeregMR.
+package memreg
 
 import (
 	"fmt"
