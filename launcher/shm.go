@@ -4,11 +4,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/procfs"
 )
 
 // shmDir is where shm_open puts POSIX shared memory, and where the MPI
@@ -150,50 +151,21 @@ func direntInodes(b []byte, set map[uint64]bool) {
 // note records the files directly in the directory that process pid has
 // mapped. The agent calls it for each rank it is about to kill.
 func (s *shmSweep) note(pid int) {
-	prefix := " " + s.path() + "/"
-	eachMapping(pid, func(f shmFile, line string) {
-		i := strings.Index(line, prefix)
-		if i < 0 || strings.HasSuffix(line, " (deleted)") {
-			return
-		}
-		name := line[i+len(prefix):]
-		if name == "" || strings.Contains(name, "/") {
-			return
+	for m := range procfs.Proc.FileMappings(pid) {
+		name, ok := strings.CutPrefix(m.Path, s.path()+"/")
+		if !ok || name == "" || strings.Contains(name, "/") || strings.HasSuffix(name, " (deleted)") {
+			continue
 		}
 		if s.left == nil {
 			s.left = map[string]shmFile{}
 		}
-		s.left[name] = f
-	})
+		s.left[name] = mappedFile(m)
+	}
 }
 
-// eachMapping calls fn with the file and the whole line of every mapping
-// of a file in /proc/PID/maps. It is quiet when pid is gone or may not be
-// read.
-func eachMapping(pid int, fn func(f shmFile, line string)) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
-	if err != nil {
-		return
-	}
-	for line := range strings.Lines(string(b)) {
-		line = strings.TrimSuffix(line, "\n")
-		// address perms offset dev inode [path]; inode 0 is anonymous.
-		var field [5]string
-		rest := line
-		for i := range field {
-			field[i], rest, _ = strings.Cut(strings.TrimLeft(rest, " "), " ")
-		}
-		if field[4] == "0" {
-			continue
-		}
-		maj, min, ok := strings.Cut(field[3], ":")
-		major, err1 := strconv.ParseUint(maj, 16, 32)
-		minor, err2 := strconv.ParseUint(min, 16, 32)
-		ino, err3 := strconv.ParseUint(field[4], 10, 64)
-		if ok && err1 == nil && err2 == nil && err3 == nil {
-			fn(shmFile{shmDev{uint32(major), uint32(minor)}, ino}, line)
-		}
-	}
+// mappedFile is the identity of the file that m maps.
+func mappedFile(m procfs.Mapping) shmFile {
+	return shmFile{shmDev{m.Dev.Major, m.Dev.Minor}, m.Inode}
 }
 
 // sweep removes what the rule in [shmSweep] allows of the files noted
@@ -275,26 +247,19 @@ func statAt(dirfd int, name string) (unix.Statx_t, error) {
 // system (a hung NFS mount) is asked about them.
 func inUse(dir string, files map[shmFile]string) map[shmFile]bool {
 	used := map[shmFile]bool{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		eachMapping(pid, func(f shmFile, _ string) {
+	for _, pid := range procfs.Proc.PIDs() {
+		for m := range procfs.Proc.FileMappings(pid) {
+			f := mappedFile(m)
 			if _, ok := files[f]; ok {
 				used[f] = true
 			}
-		})
-		fdDir := "/proc/" + p.Name() + "/fd/"
-		fds, _ := os.ReadDir(fdDir)
-		for _, e := range fds {
-			link, err := os.Readlink(fdDir + e.Name())
-			if err != nil || !strings.HasPrefix(link, dir+"/") {
+		}
+		for link, target := range procfs.Proc.FDs(pid) {
+			if !strings.HasPrefix(target, dir+"/") {
 				continue
 			}
 			var st unix.Stat_t
-			if unix.Stat(fdDir+e.Name(), &st) != nil {
+			if unix.Stat(link, &st) != nil {
 				continue
 			}
 			f := shmFile{shmDev{unix.Major(st.Dev), unix.Minor(st.Dev)}, st.Ino}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/procfs"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -30,22 +31,18 @@ func newMark(t *testing.T) string {
 // command lines.
 func marked(mark string) []string {
 	var out []string
-	ents, _ := os.ReadDir("/proc")
 	needle := []byte("GORUN_TEST_MARK=" + mark + "\x00")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+	for _, pid := range procfs.Proc.PIDs() {
+		dir := "/proc/" + strconv.Itoa(pid)
+		b, err := os.ReadFile(dir + "/environ")
 		if err != nil || !bytes.Contains(b, needle) {
 			continue
 		}
-		st, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if f := strings.Fields(string(st)); len(f) > 2 && f[2] == "Z" {
+		if st, err := procfs.Proc.Stat(pid); err == nil && st.State == 'Z' {
 			continue // a zombie is already dead; its parent reaps it
 		}
-		cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out = append(out, e.Name()+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
+		cmd, _ := os.ReadFile(dir + "/cmdline")
+		out = append(out, strconv.Itoa(pid)+": "+strings.ReplaceAll(string(cmd), "\x00", " "))
 	}
 	return out
 }
@@ -360,20 +357,7 @@ func TestSummaryJSONFailure(t *testing.T) {
 }
 
 // childPIDs lists the children of pid, from /proc.
-func childPIDs(pid int) []int {
-	var out []int
-	for _, p := range allPIDs() {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if f := strings.Fields(string(b[i+1:])); i > 0 && len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func childPIDs(pid int) []int { return procfs.Proc.Children(pid) }
 
 // A script whose #! interpreter is missing, or cannot be executed, is
 // reported as such (not as a missing script) with the shells' status:

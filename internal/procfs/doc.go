@@ -1,0 +1,16 @@
+// Package procfs reads the Linux /proc files that gorun's agent and its
+// tests look at: a process's stat line, its children, its file mappings and
+// open descriptors, the kernel's OOM-kill count and its ephemeral port
+// range.
+//
+// Each file has one parser that takes the file's bytes ([ParseStat],
+// [ParseMaps], [ParseVMStat], [ParsePortRange]), table-tested on files
+// captured from real machines under testdata, and a reader on [FS] that
+// finds and reads the file. The readers are quiet where a process is gone
+// or may not be read: a process can end between listing /proc and reading
+// its files, and callers sweep over many of them.
+//
+// procfs reads; it signals, waits for and changes nothing. It knows only
+// the files gorun needs, not all of /proc (github.com/prometheus/procfs
+// does that).
+package procfs

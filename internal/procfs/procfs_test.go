@@ -1,0 +1,251 @@
+package procfs
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// input is the test input: the file under testdata when file is not "",
+// else text.
+func input(t *testing.T, file, text string) []byte {
+	t.Helper()
+	if file == "" {
+		return []byte(text)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestParseStat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string // under testdata
+		text string // when file is ""
+		want Stat
+		err  bool
+	}{
+		{name: "running", file: "stat/running", want: Stat{PID: 32704, Comm: "cat", State: 'R', PPID: 32702}},
+		{name: "parentheses and spaces in the name", file: "stat/parens-in-name", want: Stat{PID: 713, Comm: "a) b (c", State: 'S', PPID: 712}},
+		{name: "stopped", file: "stat/stopped", want: Stat{PID: 750, Comm: "bash", State: 'T', PPID: 706}},
+		{name: "zombie", file: "stat/zombie", want: Stat{PID: 2729, Comm: "python3", State: 'Z', PPID: 2668}},
+		{name: "kernel thread, parent 0", file: "stat/kthreadd", want: Stat{PID: 2, Comm: "kthreadd", State: 'S', PPID: 0}},
+		{name: "empty name", text: "7 () S 1 7", want: Stat{PID: 7, State: 'S', PPID: 1}},
+		{name: "empty", text: "", err: true},
+		{name: "no parentheses", text: "7 sh S 1 7", err: true},
+		{name: "nothing after the name", text: "7 (sh)", err: true},
+		{name: "no parent", text: "7 (sh) S", err: true},
+		{name: "parent not a number", text: "7 (sh) S x 7", err: true},
+		{name: "pid not a number", text: "x (sh) S 1 7", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := input(t, tt.file, tt.text)
+			got, err := ParseStat(b)
+			if tt.err {
+				if !errors.Is(err, ErrFormat) {
+					t.Fatalf("ParseStat(%q) = %+v, %v; want an ErrFormat", b, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseStat(%q) = %+v, %v; want %+v", b, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestChildren(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		fs   FS
+		ppid int
+		want []int
+	}{
+		{"from task/TID/children, every thread", "testdata/children-files", 100, []int{101, 102, 103}},
+		{"neither children files nor stat lines", "testdata/children-files", 101, nil},
+		{"scan of stat lines, names with spaces", "testdata/children-scan", 100, []int{101, 102}},
+		{"scan, another parent", "testdata/children-scan", 1, []int{100, 103}},
+		{"scan, a name that reads like the parent", "testdata/children-scan", 1000, []int{104}},
+		{"scan, no children", "testdata/children-scan", 103, nil},
+		{"no such file system", "testdata/none", 1, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := tt.fs.Children(tt.ppid); !slices.Equal(got, tt.want) {
+				t.Fatalf("%s.Children(%d) = %v, want %v", tt.fs, tt.ppid, got, tt.want)
+			}
+		})
+	}
+}
+
+// The readers on the running kernel's /proc: a child and an open file of
+// this process are seen.
+func TestProc(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sleep to start: %v", err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if got := Proc.Children(os.Getpid()); !slices.Contains(got, cmd.Process.Pid) {
+		t.Errorf("Children(self) = %v, want %d among them", got, cmd.Process.Pid)
+	}
+	if st, err := Proc.Stat(cmd.Process.Pid); err != nil || st.PPID != os.Getpid() {
+		t.Errorf("Stat(child) = %+v, %v; want parent %d", st, err, os.Getpid())
+	}
+	if !slices.Contains(Proc.PIDs(), os.Getpid()) {
+		t.Errorf("PIDs() lacks this process, %d", os.Getpid())
+	}
+
+	f, err := os.Create(filepath.Join(t.TempDir(), "open"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	found := false
+	for link, target := range Proc.FDs(os.Getpid()) {
+		if target == f.Name() {
+			found = true
+			if _, err := os.Stat(link); err != nil {
+				t.Errorf("the link %s of %s cannot be followed: %v", link, target, err)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("FDs(self) did not yield %s", f.Name())
+	}
+	if _, err := Proc.Stat(-1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Stat(-1) = %v, want ErrNotExist", err)
+	}
+	for range Proc.FileMappings(-1) {
+		t.Errorf("FileMappings(-1) yielded a mapping")
+	}
+}
+
+func TestParseMaps(t *testing.T) {
+	t.Parallel()
+	libc := Mapping{Dev{0xfe, 0}, 326269, "/usr/lib/x86_64-linux-gnu/libc.so.6"}
+	tests := []struct {
+		name string
+		file string // under testdata
+		text string // when file is ""
+		want []Mapping
+	}{
+		{name: "shared memory, deleted and with a space", file: "maps/shm", want: []Mapping{
+			libc, libc, libc, libc, libc,
+			{Dev{0, 0x1b}, 4887, "/dev/shm/gorun-cap-del (deleted)"},
+			{Dev{0, 0x1b}, 4886, "/dev/shm/gorun-cap (x)"},
+		}},
+		{name: "no trailing newline", text: "7f-8f rw-s 00000000 00:1b 12 /dev/shm/a", want: []Mapping{{Dev{0, 0x1b}, 12, "/dev/shm/a"}}},
+		{name: "no path", text: "7f-8f rw-s 00000000 08:01 12\n", want: []Mapping{{Dev{8, 1}, 12, ""}}},
+		{name: "anonymous", text: "7f-8f rw-p 00000000 00:00 0 \n"},
+		{name: "bad device", text: "7f-8f rw-s 00000000 0001b 12 /x\n7f-8f rw-s 00000000 zz:1b 12 /x\n"},
+		{name: "bad inode", text: "7f-8f rw-s 00000000 00:1b -1 /x\n"},
+		{name: "short line", text: "7f-8f rw-s\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := slices.Collect(ParseMaps(input(t, tt.file, tt.text)))
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("ParseMaps = %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// Every file mapping of a real process is found, and the caller may stop
+// early.
+func TestParseMapsSleep(t *testing.T) {
+	t.Parallel()
+	b := input(t, "maps/sleep", "")
+	var paths []string
+	for m := range ParseMaps(b) {
+		if m.Inode == 0 || m.Dev != (Dev{0xfe, 0}) {
+			t.Errorf("mapping %+v", m)
+		}
+		paths = append(paths, m.Path)
+	}
+	if len(paths) != 28 || paths[0] != "/usr/bin/sleep" || paths[27] != "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2" {
+		t.Fatalf("paths = %q", paths)
+	}
+	n := 0
+	for range ParseMaps(b) {
+		if n++; n == 3 {
+			break
+		}
+	}
+}
+
+func TestParseVMStat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string // under testdata
+		text string // when file is ""
+		key  string
+		want int
+	}{
+		{"oom_kill", "vmstat/6.18", "", "oom_kill", 1},
+		{"first line, a prefix of the next one", "vmstat/6.18", "", "nr_free_pages", 4488696},
+		{"the next one", "vmstat/6.18", "", "nr_free_pages_blocks", 4155392},
+		{"after a longer key", "vmstat/6.18", "", "pgmajfault", 60336},
+		{"missing", "vmstat/6.18", "", "no_such_counter", 0},
+		{"not a number", "", "oom_kill x\n", "oom_kill", 0},
+		{"no trailing newline", "", "a 1\noom_kill 5", "oom_kill", 5},
+		{"empty", "", "", "oom_kill", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := ParseVMStat(input(t, tt.file, tt.text), tt.key); got != tt.want {
+				t.Fatalf("ParseVMStat(%s) = %d, want %d", tt.key, got, tt.want)
+			}
+		})
+	}
+	if got := FS("testdata/none").VMStat("oom_kill"); got != 0 {
+		t.Errorf("VMStat without the file = %d", got)
+	}
+}
+
+func TestParsePortRange(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		file   string // under testdata
+		text   string // when file is ""
+		lo, hi int
+		ok     bool
+	}{
+		{"default", "portrange/default", "", 32768, 60999, true},
+		{"spaces", "", " 1024   65000 \n", 1024, 65000, true},
+		{"one number", "", "1024\n", 0, 0, false},
+		{"three", "", "1 2 3\n", 0, 0, false},
+		{"not numbers", "", "a b\n", 0, 0, false},
+		{"empty", "", "", 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := input(t, tt.file, tt.text)
+			if lo, hi, ok := ParsePortRange(b); lo != tt.lo || hi != tt.hi || ok != tt.ok {
+				t.Fatalf("ParsePortRange(%q) = %d, %d, %v; want %d, %d, %v", b, lo, hi, ok, tt.lo, tt.hi, tt.ok)
+			}
+		})
+	}
+	if _, _, ok := FS("testdata/none").PortRange(); ok {
+		t.Errorf("PortRange without the file is ok")
+	}
+}

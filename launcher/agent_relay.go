@@ -1,0 +1,110 @@
+// This file holds the agent's relays between a rank and the head: the
+// rank's stdout and stderr to the head (keeping the tail of stderr for the
+// summary), and the head's stdin chunks to the rank.
+
+package launcher
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/launcher/output"
+)
+
+// Stdin flow control: the head sends chunks of at most stdinChunk bytes and
+// keeps at most stdinWindow chunks unacknowledged, so the agent's queue for
+// a rank that does not read its stdin never blocks the control channel.
+const (
+	stdinChunk  = 32 << 10
+	stdinWindow = 32
+)
+
+// relay sends what a rank writes to one of its pipes to the head.
+func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
+	defer p.readers.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if s == output.Stderr {
+				p.tail.write(buf[:n])
+			}
+			a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: time.Now(), Data: buf[:n]})
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// feed writes stdin chunks to a rank and acknowledges them, so the head
+// keeps only a window in flight.
+func (a *agent) feed(rank int, w *os.File, ch chan []byte) {
+	broken := false
+	for b := range ch {
+		if !broken {
+			if _, err := w.Write(b); err != nil {
+				broken = true // the rank closed its stdin: drop the rest
+			}
+		}
+		a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: rank, Bytes: len(b)})
+	}
+	w.Close()
+}
+
+// stdinFrame queues a chunk of the head's stdin for a rank; an empty one
+// closes the rank's stdin.
+func (a *agent) stdinFrame(s control.Stdin) {
+	a.mu.Lock()
+	ch := a.stdin[s.Rank]
+	if len(s.Data) == 0 {
+		delete(a.stdin, s.Rank)
+	}
+	a.mu.Unlock()
+	if ch == nil {
+		// The rank is gone or takes no stdin: acknowledge and drop.
+		a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: s.Rank, Bytes: len(s.Data)})
+		return
+	}
+	if len(s.Data) == 0 {
+		close(ch)
+	} else {
+		ch <- append([]byte(nil), s.Data...) // the head keeps at most a window in flight
+	}
+}
+
+// tail keeps the last lines a rank wrote to stderr.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+const tailBytes = 2048
+
+func (t *tail) write(p []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(p) >= tailBytes {
+		t.buf = append(t.buf[:0], p[len(p)-tailBytes:]...)
+		return
+	}
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > tailBytes {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-tailBytes:]...)
+	}
+}
+
+// String returns at most the last 10 lines.
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimRight(string(t.buf), "\n")
+	lines := strings.Split(s, "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,369 @@
+// This file holds the agent's start of a generation: turning a Launch
+// frame into each rank's binding, program and environment, starting the
+// generation's PMI-1 and PMIx servers, and forking the ranks.
+
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/launcher/output"
+	"github.com/gorun/gorun/topology"
+)
+
+// maxForkers bounds the goroutines that fork ranks side by side.
+const maxForkers = 4
+
+// SelfProgram, as a job's program, names the gorun binary that each host's
+// agent runs: `gorun bench` launches its ranks so, wherever gorun was
+// staged.
+const SelfProgram = "gorun:self"
+
+// launchPlan is what a Launch frame becomes on this host: each rank's
+// binding and environment, filled in step by step as the launch finds the
+// program and starts the rendezvous servers that the ranks are told of.
+type launchPlan struct {
+	l    control.Launch
+	base []string // the agent's environment, which the ranks' environments start from
+
+	plan    []topology.RankBinding // by index in l.Ranks; nil: the ranks start unbound
+	hints   []env.RankHints        // the binding's variables, by index in l.Ranks
+	report  string                 // the --report-bindings text for this host
+	topo    string                 // a summary of this host's topology, when it was looked at
+	bindErr error
+
+	path             string           // the program, once resolved
+	pmixEnv          map[int][]string // by rank, when the program needs PMIx
+	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
+}
+
+// newLaunchPlan computes the ranks' bindings for l.
+func newLaunchPlan(l control.Launch) *launchPlan {
+	p := &launchPlan{l: l, base: os.Environ()}
+	p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(l, p.base)
+	return p
+}
+
+// binding is rank i's binding (by index in l.Ranks), nil when unbound.
+func (p *launchPlan) binding(i int) *topology.RankBinding {
+	if i < len(p.plan) {
+		return &p.plan[i]
+	}
+	return nil
+}
+
+// environ is rank i's environment (by index in l.Ranks).
+func (p *launchPlan) environ(i int) []string {
+	l, s := p.l, p.l.Ranks[i]
+	var vars []string
+	if i < len(p.hints) {
+		vars = p.hints[i].Vars
+	}
+	return env.Build(p.base, env.Rank{
+		JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
+		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
+		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
+		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
+		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
+	}, l.Exports)
+}
+
+// launch starts a generation of ranks, or answers a print-env request.
+func (a *agent) launch(l control.Launch) {
+	p := newLaunchPlan(l)
+	if l.PrintEnv > 0 {
+		a.printEnv(p)
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.beginGeneration(l)
+	ooms := oomKills()
+	a.restartPMI(p)
+	if code, msg := a.prepare(p); msg != "" {
+		for _, s := range l.Ranks {
+			a.failRank(l.Generation, s.Rank, code, msg)
+		}
+	} else {
+		procs, errs := a.forkAll(p)
+		a.register(p, procs, errs, ooms)
+	}
+	if a.live == 0 {
+		a.done()
+	}
+}
+
+// printEnv answers --print-env: the environment that the rank asked for
+// would get, with the socket that would be served.
+func (a *agent) printEnv(p *launchPlan) {
+	l := p.l
+	if len(l.Secret) >= 16 && a.ensureSockDir() == nil {
+		p.kvSock, p.kvSecret = filepath.Join(a.sockDir, kvSockName(l.Generation)), l.Secret
+	}
+	for i, s := range l.Ranks {
+		if s.Rank == l.PrintEnv-1 {
+			a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: p.environ(i)})
+			return
+		}
+	}
+	a.w.Send(control.TypeError, control.Error{Msg: fmt.Sprintf("rank %d is not on this host", l.PrintEnv-1)})
+}
+
+// beginGeneration makes l's generation the current one, with all its ranks
+// to report, and lists /dev/shm before any of them starts. Called with
+// a.mu held.
+func (a *agent) beginGeneration(l control.Launch) {
+	a.gen, a.stopped, a.live = l.Generation, false, len(l.Ranks)
+	a.shm.begin()
+	if a.killT != nil {
+		a.killT.Stop()
+	}
+}
+
+// restartPMI replaces the last generation's PMI-1 server with one for this
+// generation, and gives the ranks its socket. Without one, the ranks start
+// all the same. Called with a.mu held.
+func (a *agent) restartPMI(p *launchPlan) {
+	a.pmi.close()
+	a.pmi = nil
+	pmi, err := a.startPMI(p.l)
+	if err != nil {
+		a.log.printf("PMI server: %v", err)
+		return
+	}
+	a.pmi = pmi
+	if p.kvSock = pmi.socket(); p.kvSock != "" {
+		p.kvSecret = p.l.Secret
+	}
+}
+
+// prepare finds the program, checks the bindings, and replaces the last
+// generation's PMIx server with one for this generation when the program
+// needs it. A message says why no rank can start, with the exit code to
+// report for each. Called with a.mu held.
+func (a *agent) prepare(p *launchPlan) (code int, msg string) {
+	p.path, code, msg = a.resolve(p.l, p.base)
+	if msg == "" && p.bindErr != nil {
+		code, msg = 2, "binding: "+p.bindErr.Error()
+	}
+	a.pmix.close()
+	a.pmix = nil
+	if msg == "" {
+		px, err := a.startPMIx(p.l, p.path)
+		if err != nil {
+			code, msg = 2, err.Error()
+		} else if px != nil {
+			a.pmix, p.pmixEnv = px, px.env
+		}
+	}
+	return code, msg
+}
+
+// failRank reports a rank of generation gen that did not start as exited.
+// Called with a.mu held.
+func (a *agent) failRank(gen, rank, code int, msg string) {
+	a.w.Send(control.TypeExited, control.Exited{Generation: gen, Rank: rank, End: time.Now(), Code: code, Err: msg})
+	a.live--
+}
+
+// forkAll forks every rank of the plan and returns, by index in its
+// Ranks, each one's process or why it could not be forked. Forking costs
+// most of a launch: on a box with several cores, a few goroutines fork
+// side by side. Called with a.mu held: the reaper waits on it, so no rank
+// is reaped before it is registered.
+func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
+	ranks := p.l.Ranks
+	procs := make([]*rankProc, len(ranks))
+	errs := make([]error, len(ranks))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.NumCPU(), len(ranks), maxForkers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(ranks); i = int(next.Add(1) - 1) {
+				exe, argv := bindArgv(p.binding(i), p.path, p.l.Argv)
+				procs[i], errs[i] = a.start(p.l, ranks[i], exe, argv, p.environ(i))
+			}
+		}()
+	}
+	wg.Wait()
+	return procs, errs
+}
+
+// register hands the forked ranks to the reaper and tells the head which
+// started; a rank that could not be forked is reported as exited, with the
+// shells' status for a missing or unexecutable program. ooms is the
+// kernel's OOM-kill count before the fork. Called with a.mu held.
+func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms int) {
+	l := p.l
+	started := control.Started{Generation: l.Generation, Report: p.report, Topo: p.topo}
+	for i, s := range l.Ranks {
+		rp, err := procs[i], errs[i]
+		if err != nil {
+			a.failRank(l.Generation, s.Rank, forkExitCode(err), fmt.Sprintf("cannot start %s: %v", l.Argv[0], err))
+			continue
+		}
+		rp.ooms = ooms
+		a.byPID[rp.pid] = rp
+		if rp.stdin != nil {
+			a.stdin[s.Rank] = rp.stdin
+		}
+		started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: rp.pid, Time: rp.start})
+	}
+	if len(started.Ranks) > 0 {
+		a.w.Send(control.TypeStarted, started)
+	}
+}
+
+// forkExitCode is the status a shell would give for a program that could
+// not be executed with err.
+func forkExitCode(err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return ExitNotFound
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOEXEC):
+		return ExitNotExec
+	}
+	return 1
+}
+
+// resolve finds the program as a shell would, in the ranks' PATH, and
+// checks the working directory.
+func (a *agent) resolve(l control.Launch, base []string) (path string, code int, msg string) {
+	if len(l.Argv) == 0 {
+		return "", 2, "no program to run"
+	}
+	if st, err := os.Stat(l.Dir); err != nil || !st.IsDir() {
+		return "", 1, fmt.Sprintf("working directory %s does not exist here", l.Dir)
+	}
+	prog := l.Argv[0]
+	if prog == SelfProgram {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", 127, fmt.Sprintf("gorun's own executable: %v", err)
+		}
+		return exe, 0, ""
+	}
+	if strings.Contains(prog, "/") {
+		if !filepath.IsAbs(prog) {
+			prog = filepath.Join(l.Dir, prog)
+		}
+		st, err := os.Stat(prog)
+		switch {
+		case err != nil:
+			return "", 127, fmt.Sprintf("%s: no such file", l.Argv[0])
+		case st.IsDir() || st.Mode()&0o111 == 0:
+			return "", 126, fmt.Sprintf("%s: not an executable file", l.Argv[0])
+		}
+		if code, bad := badInterpreter(prog, l.Dir); bad != "" {
+			return "", code, l.Argv[0] + ": " + bad
+		}
+		return prog, 0, ""
+	}
+	pathVar := ""
+	for _, kv := range append(base, l.Exports...) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if dir == "" {
+			dir = "."
+		}
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(l.Dir, dir)
+		}
+		p := filepath.Join(dir, prog)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			if code, bad := badInterpreter(p, l.Dir); bad != "" {
+				return "", code, p + ": " + bad
+			}
+			return p, 0, ""
+		}
+	}
+	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar)
+}
+
+// start forks one rank. The caller registers it.
+func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
+	// Every descriptor made here: the child's ends are closed once it is
+	// forked, and all of them if anything fails.
+	var parent, child []*os.File
+	fail := func(err error) (*rankProc, error) {
+		for _, f := range append(parent, child...) {
+			f.Close()
+		}
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	parent, child = append(parent, outR), append(child, outW)
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return fail(err)
+	}
+	parent, child = append(parent, errR), append(child, errW)
+	pmiMine, pmiTheirs, err := socketpair(s.Rank)
+	if err != nil {
+		return fail(err)
+	}
+	parent, child = append(parent, pmiMine), append(child, pmiTheirs)
+	var inR, inW *os.File
+	if s.Stdin {
+		inR, inW, err = os.Pipe()
+	} else {
+		inR, err = os.Open(os.DevNull)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	child = append(child, inR)
+	if inW != nil {
+		parent = append(parent, inW)
+	}
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Dir:   l.Dir,
+		Env:   environ,
+		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd(), pmiTheirs.Fd()},
+		// Each rank leads its own session (and so its own process group,
+		// which the agent signals), as Hydra's ranks do: with the kernel's
+		// autogroup scheduling a session is one CPU share, and ranks
+		// sharing the launcher's would together weigh as one process
+		// against the rest of the machine.
+		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		return fail(err)
+	}
+	for _, f := range child {
+		f.Close()
+	}
+	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
+	if a.pmi != nil {
+		a.pmi.serve(pmiMine, s.Rank)
+	} else {
+		pmiMine.Close()
+	}
+	p.readers.Add(2)
+	go a.relay(p, outR, output.Stdout)
+	go a.relay(p, errR, output.Stderr)
+	if inW != nil {
+		p.stdin = make(chan []byte, stdinWindow+1)
+		go a.feed(s.Rank, inW, p.stdin)
+	}
+	return p, nil
+}

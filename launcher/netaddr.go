@@ -1,0 +1,102 @@
+// This file holds the network addresses that the agent tells the head of:
+// the local address routed to the peers, a free port for MASTER_PORT, and
+// the addresses of an SSH connection.
+
+package launcher
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/gorun/gorun/internal/procfs"
+)
+
+// sshAddr returns field i of an SSH_CONNECTION value ("client_ip
+// client_port server_ip server_port").
+func sshAddr(v string, i int) string {
+	f := strings.Fields(v)
+	if len(f) != 4 {
+		return ""
+	}
+	return f[i]
+}
+
+// routeAddr returns the local address the kernel would use to reach the
+// peers (a UDP "connect" sends nothing), or iface's first IPv4 address.
+// Peers that disagree are resolved by majority.
+func routeAddr(peers []string, iface string) (string, error) {
+	if iface != "" {
+		ifc, err := net.InterfaceByName(iface)
+		if err != nil {
+			return "", fmt.Errorf("--iface %s: %w", iface, err)
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			return "", fmt.Errorf("--iface %s: %w", iface, err)
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+				return n.IP.String(), nil
+			}
+		}
+		return "", fmt.Errorf("--iface %s has no IPv4 address", iface)
+	}
+	votes := map[string]int{}
+	best := ""
+	var firstErr error
+	for _, p := range peers {
+		c, err := net.Dial("udp", net.JoinHostPort(p, "9"))
+		if err != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("no route to %s: %w", p, err)
+			}
+			continue
+		}
+		ip := c.LocalAddr().(*net.UDPAddr).IP.String()
+		c.Close()
+		votes[ip]++
+		if votes[ip] > votes[best] {
+			best = ip
+		}
+	}
+	if best == "" {
+		if firstErr == nil {
+			firstErr = errors.New("no peers to route to")
+		}
+		return "", firstErr
+	}
+	return best, nil
+}
+
+// freePort picks a TCP port that is free now and lies outside the
+// kernel's ephemeral range, so that no outgoing connection takes it
+// before rank 0 listens on it. It never returns a fixed default.
+func freePort() int {
+	lo, hi := 32768, 60999
+	if l, h, ok := procfs.Proc.PortRange(); ok {
+		lo, hi = l, h
+	}
+	pick := func() int {
+		if lo > 11024 {
+			return 10000 + rand.IntN(lo-10000)
+		}
+		if hi < 64000 {
+			return hi + 1 + rand.IntN(65535-hi)
+		}
+		return 1024 + rand.IntN(64511)
+	}
+	for range 64 {
+		p := pick()
+		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return p
+	}
+	return 0
+}
