@@ -51,7 +51,32 @@ type HostCheck struct {
 // gorun version, CPU and GPU counts, where the program resolves, and which
 // hosts reach each other's agents over TCP on which interface. It returns
 // an error naming the hosts that failed.
+//
+// Cancelling ctx ends the check where it is: agents still starting are
+// killed, answers are no longer awaited, the agents are shut down, and
+// Check returns what it learned with an error wrapping ctx.Err().
 func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
+	c, err := newChecker(o)
+	if err != nil {
+		return nil, err
+	}
+	defer close(c.h.done)
+	c.start(ctx)
+	defer c.h.stopAgents()
+	ports := c.programs(ctx)
+	c.probe(ctx, ports)
+	return c.res, c.verdict(ctx)
+}
+
+// checker runs `gorun check` with a head of its own, which starts the
+// agents and reads their answers.
+type checker struct {
+	o   CheckOptions
+	h   *head
+	res []HostCheck // by node
+}
+
+func newChecker(o CheckOptions) (*checker, error) {
 	plan, err := NewPlan(o.Hosts, PlanOptions{NPerNode: 1})
 	if err != nil {
 		return nil, err
@@ -64,24 +89,26 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 		}
 	}
 	h := &head{o: ro, plan: plan, events: make(chan event, 256), done: make(chan struct{})}
-	defer close(h.done)
-	res := make([]HostCheck, len(plan.Nodes))
-	starts := make([]time.Time, len(plan.Nodes))
-	for i, n := range plan.Nodes {
+	return &checker{o: o, h: h, res: make([]HostCheck, len(plan.Nodes))}, nil
+}
+
+// start starts every host's agent, and records how long each took and
+// what its hello said, or why it did not start.
+func (c *checker) start(ctx context.Context) {
+	res := c.res
+	starts := make([]time.Time, len(c.h.plan.Nodes))
+	for i, n := range c.h.plan.Nodes {
 		res[i].Host = n.Host.Name
 		starts[i] = time.Now()
 	}
-	startErr := h.startAgents(ctx)
-	defer h.stopAgents()
-	up := 0
-	for i, a := range h.agents {
+	startErr := c.h.startAgents(ctx)
+	for i, a := range c.h.agents {
 		if a == nil || a.hello.Proto == 0 {
 			res[i].Err = "no agent"
 			continue
 		}
 		res[i].OK, res[i].Version, res[i].Cores = true, a.hello.Version, a.hello.Cores
 		res[i].Latency = a.upAt.Sub(starts[i])
-		up++
 	}
 	if startErr != nil {
 		for _, e := range splitJoined(startErr) {
@@ -92,81 +119,106 @@ func Check(ctx context.Context, o CheckOptions) ([]HostCheck, error) {
 			}
 		}
 	}
-	// Phase 1: resolve the program, open probe listeners.
+}
+
+// programs is the first phase: every agent resolves the program and
+// opens a probe listener. It returns the answers by node.
+func (c *checker) programs(ctx context.Context) map[int]control.CheckReply {
 	dir, _ := os.Getwd()
-	ask := func(q func(i int) *control.Check) map[int]control.CheckReply {
-		out := map[int]control.CheckReply{}
-		n := 0
-		for i, a := range h.agents {
-			if res[i].OK {
-				if c := q(i); c != nil && a.w.Send(control.TypeCheck, c) == nil {
-					n++
-				}
-			}
-		}
-		timeout := time.After(30 * time.Second)
-		for n > 0 {
-			select {
-			case e := <-h.events:
-				switch {
-				case e.check != nil:
-					out[e.node] = *e.check
-					n--
-				case e.err != nil:
-					res[e.node].OK, res[e.node].Err = false, e.err.Error()
-					n--
-				}
-			case <-timeout:
-				return out
-			}
-		}
-		return out
-	}
-	ports := ask(func(int) *control.Check { return &control.Check{Program: o.Program, Dir: dir} })
+	ports := c.ask(ctx, func(int) *control.Check { return &control.Check{Program: c.o.Program, Dir: dir} })
 	for i, r := range ports {
-		res[i].Program, res[i].ProgramErr, res[i].Addrs, res[i].GPUs = r.Program, r.ProgramErr, r.Addrs, r.GPUs
-		if o.Program != "" && r.ProgramErr != "" {
-			res[i].OK = false
+		c.res[i].Program, c.res[i].ProgramErr, c.res[i].Addrs, c.res[i].GPUs = r.Program, r.ProgramErr, r.Addrs, r.GPUs
+		if c.o.Program != "" && r.ProgramErr != "" {
+			c.res[i].OK = false
 		}
 	}
-	// Phase 2: every agent probes every other agent's listener.
-	probes := ask(func(i int) *control.Check {
-		c := &control.Check{}
-		for j, r := range ports {
-			if j != i && r.Port != 0 {
-				addr := h.agents[j].hello.ConnAddr
-				if addr == "" {
-					// j is this machine: i reaches it at the address i's
-					// own connection came from, if i is remote.
-					addr = h.agents[i].hello.ClientAddr
-				}
-				if addr == "" {
-					addr = "127.0.0.1"
-				}
-				c.Peers = append(c.Peers, control.CheckPeer{Node: j, Addr: addr, Port: r.Port})
-			}
-		}
-		return c
-	})
+	return ports
+}
+
+// probe is the second phase: every agent probes every other agent's
+// listener.
+func (c *checker) probe(ctx context.Context, ports map[int]control.CheckReply) {
+	probes := c.ask(ctx, func(i int) *control.Check { return c.peersOf(i, ports) })
 	for i, r := range probes {
-		res[i].Reach = r.Probes
-		sort.Slice(res[i].Reach, func(a, b int) bool { return res[i].Reach[a].Node < res[i].Reach[b].Node })
+		c.res[i].Reach = r.Probes
+		sort.Slice(c.res[i].Reach, func(a, b int) bool { return c.res[i].Reach[a].Node < c.res[i].Reach[b].Node })
 		for _, p := range r.Probes {
 			if !p.OK {
-				res[i].OK = false
+				c.res[i].OK = false
 			}
 		}
 	}
+}
+
+// peersOf is node i's probe question: every other agent's listener.
+func (c *checker) peersOf(i int, ports map[int]control.CheckReply) *control.Check {
+	q := &control.Check{}
+	for j, r := range ports {
+		if j != i && r.Port != 0 {
+			addr := c.h.agents[j].hello.ConnAddr
+			if addr == "" {
+				// j is this machine: i reaches it at the address i's
+				// own connection came from, if i is remote.
+				addr = c.h.agents[i].hello.ClientAddr
+			}
+			if addr == "" {
+				addr = "127.0.0.1"
+			}
+			q.Peers = append(q.Peers, control.CheckPeer{Node: j, Addr: addr, Port: r.Port})
+		}
+	}
+	return q
+}
+
+// ask sends q(i) to every host i that is still OK and collects the
+// answers for 30 s at most, or until ctx ends; a host whose agent is lost
+// meanwhile fails.
+func (c *checker) ask(ctx context.Context, q func(i int) *control.Check) map[int]control.CheckReply {
+	out := map[int]control.CheckReply{}
+	n := 0
+	for i, a := range c.h.agents {
+		if c.res[i].OK {
+			if m := q(i); m != nil && a.w.Send(control.TypeCheck, m) == nil {
+				n++
+			}
+		}
+	}
+	timeout := time.After(30 * time.Second)
+	for n > 0 {
+		select {
+		case e := <-c.h.events:
+			switch e := e.(type) {
+			case checkReply:
+				out[e.node] = e.CheckReply
+				n--
+			case agentLost:
+				c.res[e.node].OK, c.res[e.node].Err = false, e.err.Error()
+				n--
+			}
+		case <-timeout:
+			return out
+		case <-ctx.Done():
+			return out
+		}
+	}
+	return out
+}
+
+// verdict is Check's error: ctx's end, or the hosts that failed.
+func (c *checker) verdict(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("check cancelled: %w", err)
+	}
 	var bad []string
-	for _, r := range res {
+	for _, r := range c.res {
 		if !r.OK {
 			bad = append(bad, r.Host)
 		}
 	}
 	if len(bad) > 0 {
-		return res, fmt.Errorf("%d of %d hosts failed the check: %s", len(bad), len(res), strings.Join(bad, ", "))
+		return fmt.Errorf("%d of %d hosts failed the check: %s", len(bad), len(c.res), strings.Join(bad, ", "))
 	}
-	return res, nil
+	return nil
 }
 
 func splitJoined(err error) []error {

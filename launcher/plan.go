@@ -126,6 +126,34 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 	if len(hosts) == 0 {
 		return nil, fmt.Errorf("%w: no hosts", ErrPlan)
 	}
+	p, err := newPlanner(hosts, o)
+	if err != nil {
+		return nil, err
+	}
+	for _, step := range []func() error{p.count, p.checkTotal, p.place, p.overflow, p.checkHosts} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return p.plan(), nil
+}
+
+// planner makes a Plan step by step: the policy and -np checked, how many
+// ranks each host gets, the host of each rank in rank order, and the
+// nodes.
+type planner struct {
+	hosts  []hostfile.Host
+	o      PlanOptions
+	m      MapBy  // the policy, -N applied
+	src    string // the hosts' source, for messages
+	slots  int    // the hosts' slots
+	np     int    // ranks; 0 until counted
+	counts []int  // ranks per host
+	order  []int  // the host index of each rank, in rank order
+}
+
+// newPlanner settles the policy and checks -np against gorun's bounds.
+func newPlanner(hosts []hostfile.Host, o PlanOptions) (*planner, error) {
 	m := o.MapBy
 	if m.Policy == "" {
 		m.Policy = "slot"
@@ -136,139 +164,173 @@ func NewPlan(hosts []hostfile.Host, o PlanOptions) (*Plan, error) {
 		}
 		m = MapBy{Policy: "ppr", PerNode: o.NPerNode}
 	}
-	slots := hostfile.Total(hosts)
-	np := o.NP
-	if np < 0 {
-		return nil, fmt.Errorf("%w: -np %d is negative", ErrPlan, np)
+	p := &planner{hosts: hosts, o: o, m: m, src: o.Source, slots: hostfile.Total(hosts), np: o.NP, counts: make([]int, len(hosts))}
+	if p.np < 0 {
+		return nil, fmt.Errorf("%w: -np %d is negative", ErrPlan, p.np)
 	}
-	if np > MaxRanks {
-		return nil, fmt.Errorf("%w: -np %d is more than gorun runs (%d ranks at most)", ErrPlan, np, MaxRanks)
+	if p.np > MaxRanks {
+		return nil, fmt.Errorf("%w: -np %d is more than gorun runs (%d ranks at most)", ErrPlan, p.np, MaxRanks)
 	}
 	if m.PerNode > MaxRanks {
 		return nil, fmt.Errorf("%w: %d ranks per node is more than gorun runs (%d ranks at most)", ErrPlan, m.PerNode, MaxRanks)
 	}
-	src := o.Source
-	if src == "" {
-		src = "the host list"
+	if p.src == "" {
+		p.src = "the host list"
 	}
-	counts := make([]int, len(hosts))
-	switch m.Policy {
+	return p, nil
+}
+
+// count settles -np (0: every slot, or the count per node on every host)
+// and, for ppr, each host's ranks.
+func (p *planner) count() error {
+	switch p.m.Policy {
 	case "ppr":
-		per := make([]int, len(hosts))
-		max := 0
-		for i := range hosts {
-			per[i] = m.PerNode
-			if m.NeedsNUMA() && i < len(o.NUMA) && o.NUMA[i] > 0 {
-				per[i] *= o.NUMA[i]
-			}
-			max += per[i]
-		}
-		if np == 0 {
-			np = max
-		}
-		if np > max {
-			return nil, fmt.Errorf("%w: -np %d is more than %s places on %d hosts (%d); lower -np or raise the count per node",
-				ErrPlan, np, m, len(hosts), max)
-		}
-		left := np
-		for i := range hosts {
-			counts[i] = min(per[i], left)
-			left -= counts[i]
-		}
+		return p.countPPR()
 	case "slot", "node":
-		if np == 0 {
-			np = slots
+		if p.np == 0 {
+			p.np = p.slots
 		}
-		if np > slots && !o.Oversubscribe {
-			return nil, fmt.Errorf("%w: -np %d is more than the %d slots of %s (%s); lower -np to %d, give the hosts more slots (e.g. \"%s slots=%d\" in a hostfile, or -H %s:%d), or pass --oversubscribe",
-				ErrPlan, np, slots, src, describeSlots(hosts), slots, hosts[0].Name, hosts[0].Slots+np-slots, hosts[0].Name, hosts[0].Slots+np-slots)
+		if p.np > p.slots && !p.o.Oversubscribe {
+			h0 := p.hosts[0]
+			return fmt.Errorf("%w: -np %d is more than the %d slots of %s (%s); lower -np to %d, give the hosts more slots (e.g. \"%s slots=%d\" in a hostfile, or -H %s:%d), or pass --oversubscribe",
+				ErrPlan, p.np, p.slots, p.src, describeSlots(p.hosts), p.slots, h0.Name, h0.Slots+p.np-p.slots, h0.Name, h0.Slots+p.np-p.slots)
 		}
-	default:
-		return nil, fmt.Errorf("%w: unknown mapping policy %q", ErrPlan, m.Policy)
+		return nil
 	}
-	if np == 0 {
-		return nil, fmt.Errorf("%w: no ranks to run", ErrPlan)
-	}
-	if np > MaxRanks || np < 0 { // < 0: the slots' sum overflowed
-		from := "one per slot of " + src
-		if m.Policy == "ppr" {
-			from = fmt.Sprintf("%s on %d hosts", m, len(hosts))
+	return fmt.Errorf("%w: unknown mapping policy %q", ErrPlan, p.m.Policy)
+}
+
+// countPPR gives each host its count per node (times its NUMA nodes for
+// ppr:N:numa), host by host until -np ranks are placed.
+func (p *planner) countPPR() error {
+	per := make([]int, len(p.hosts))
+	max := 0
+	for i := range p.hosts {
+		per[i] = p.m.PerNode
+		if p.m.NeedsNUMA() && i < len(p.o.NUMA) && p.o.NUMA[i] > 0 {
+			per[i] *= p.o.NUMA[i]
 		}
-		return nil, fmt.Errorf("%w: %s is more ranks than gorun runs (%d at most); give -np", ErrPlan, from, MaxRanks)
+		max += per[i]
 	}
-	order := make([]int, 0, np) // host index of each rank, in rank order
-	switch m.Policy {
+	if p.np == 0 {
+		p.np = max
+	}
+	if p.np > max {
+		return fmt.Errorf("%w: -np %d is more than %s places on %d hosts (%d); lower -np or raise the count per node",
+			ErrPlan, p.np, p.m, len(p.hosts), max)
+	}
+	left := p.np
+	for i := range p.hosts {
+		p.counts[i] = min(per[i], left)
+		left -= p.counts[i]
+	}
+	return nil
+}
+
+// checkTotal refuses no ranks, and more than gorun runs.
+func (p *planner) checkTotal() error {
+	if p.np == 0 {
+		return fmt.Errorf("%w: no ranks to run", ErrPlan)
+	}
+	if p.np > MaxRanks || p.np < 0 { // < 0: the slots' sum overflowed
+		from := "one per slot of " + p.src
+		if p.m.Policy == "ppr" {
+			from = fmt.Sprintf("%s on %d hosts", p.m, len(p.hosts))
+		}
+		return fmt.Errorf("%w: %s is more ranks than gorun runs (%d at most); give -np", ErrPlan, from, MaxRanks)
+	}
+	return nil
+}
+
+// place gives ranks to hosts by the policy, within their slots.
+func (p *planner) place() error {
+	p.order = make([]int, 0, p.np)
+	switch p.m.Policy {
 	case "ppr":
-		for i, c := range counts {
+		for i, c := range p.counts {
 			for range c {
-				order = append(order, i)
+				p.order = append(p.order, i)
 			}
 		}
 	case "slot":
-		for i, h := range hosts {
-			for range min(h.Slots, np-len(order)) {
-				order = append(order, i)
-				counts[i]++
+		for i, h := range p.hosts {
+			for range min(h.Slots, p.np-len(p.order)) {
+				p.order = append(p.order, i)
+				p.counts[i]++
 			}
 		}
 	case "node":
-		for len(order) < np {
-			placed := false
-			for i, h := range hosts {
-				if len(order) < np && counts[i] < h.Slots {
-					order = append(order, i)
-					counts[i]++
-					placed = true
-				}
-			}
-			if !placed {
-				break
+		for len(p.order) < p.np {
+			if !p.roundRobin(func(i int, h hostfile.Host) bool { return p.counts[i] < h.Slots }) {
+				break // the rest oversubscribe
 			}
 		}
 	}
-	// Oversubscribed ranks go round-robin to hosts with room under max_slots.
-	for len(order) < np {
-		placed := false
-		for i, h := range hosts {
-			if len(order) < np && (h.MaxSlots == 0 || counts[i] < h.MaxSlots) {
-				order = append(order, i)
-				counts[i]++
-				placed = true
-			}
-		}
-		if !placed {
-			return nil, fmt.Errorf("%w: -np %d does not fit under the max_slots of %s (%s)", ErrPlan, np, src, describeSlots(hosts))
+	return nil
+}
+
+// overflow gives oversubscribed ranks round-robin to hosts with room under
+// max_slots.
+func (p *planner) overflow() error {
+	for len(p.order) < p.np {
+		if !p.roundRobin(func(i int, h hostfile.Host) bool { return h.MaxSlots == 0 || p.counts[i] < h.MaxSlots }) {
+			return fmt.Errorf("%w: -np %d does not fit under the max_slots of %s (%s)", ErrPlan, p.np, p.src, describeSlots(p.hosts))
 		}
 	}
-	for i, h := range hosts {
-		if counts[i] > h.Slots && !o.Oversubscribe {
-			return nil, fmt.Errorf("%w: %d ranks on %s is more than its %d slots; lower the count per node or pass --oversubscribe", ErrPlan, counts[i], h.Name, h.Slots)
-		}
-		if h.MaxSlots > 0 && counts[i] > h.MaxSlots {
-			return nil, fmt.Errorf("%w: %d ranks on %s is more than its max_slots=%d", ErrPlan, counts[i], h.Name, h.MaxSlots)
+	return nil
+}
+
+// roundRobin gives one rank to each host that has room, in host order,
+// while ranks are left; it reports whether any host took one.
+func (p *planner) roundRobin(room func(i int, h hostfile.Host) bool) bool {
+	placed := false
+	for i, h := range p.hosts {
+		if len(p.order) < p.np && room(i, h) {
+			p.order = append(p.order, i)
+			p.counts[i]++
+			placed = true
 		}
 	}
-	p := &Plan{MapBy: m, Slots: slots, Ranks: make([]Placement, np)}
-	nodeOf := make([]int, len(hosts))
+	return placed
+}
+
+// checkHosts refuses a host given more ranks than its slots (unless
+// oversubscribing) or its max_slots.
+func (p *planner) checkHosts() error {
+	for i, h := range p.hosts {
+		if p.counts[i] > h.Slots && !p.o.Oversubscribe {
+			return fmt.Errorf("%w: %d ranks on %s is more than its %d slots; lower the count per node or pass --oversubscribe", ErrPlan, p.counts[i], h.Name, h.Slots)
+		}
+		if h.MaxSlots > 0 && p.counts[i] > h.MaxSlots {
+			return fmt.Errorf("%w: %d ranks on %s is more than its max_slots=%d", ErrPlan, p.counts[i], h.Name, h.MaxSlots)
+		}
+	}
+	return nil
+}
+
+// plan makes the Plan: the hosts with ranks become nodes, in host order,
+// so that rank 0's host is node 0.
+func (p *planner) plan() *Plan {
+	pl := &Plan{MapBy: p.m, Slots: p.slots, Ranks: make([]Placement, p.np)}
+	nodeOf := make([]int, len(p.hosts))
 	for i := range nodeOf {
 		nodeOf[i] = -1
 	}
-	// Node ranks follow host order, so that rank 0's host is node 0.
-	for i, h := range hosts {
-		if counts[i] > 0 {
-			nodeOf[i] = len(p.Nodes)
-			p.Nodes = append(p.Nodes, Node{Host: h})
-			if counts[i] > h.Slots {
-				p.Oversubscribed = true
+	for i, h := range p.hosts {
+		if p.counts[i] > 0 {
+			nodeOf[i] = len(pl.Nodes)
+			pl.Nodes = append(pl.Nodes, Node{Host: h})
+			if p.counts[i] > h.Slots {
+				pl.Oversubscribed = true
 			}
 		}
 	}
-	for r, hi := range order {
-		n := &p.Nodes[nodeOf[hi]]
-		p.Ranks[r] = Placement{Rank: r, Node: nodeOf[hi], LocalRank: len(n.Ranks)}
+	for r, hi := range p.order {
+		n := &pl.Nodes[nodeOf[hi]]
+		pl.Ranks[r] = Placement{Rank: r, Node: nodeOf[hi], LocalRank: len(n.Ranks)}
 		n.Ranks = append(n.Ranks, r)
 	}
-	return p, nil
+	return pl
 }
 
 func describeSlots(hosts []hostfile.Host) string {

@@ -3,6 +3,7 @@ package launcher
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -86,7 +87,7 @@ type Summary struct {
 	NP           int           `json:"np"`
 	Hosts        []string      `json:"hosts"`
 	ExitCode     int           `json:"exit_code"`
-	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost, output-lost
+	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost, output-lost, cancelled
 	Message      string        `json:"message,omitempty"`
 	FirstFailure *RankRecord   `json:"first_failure,omitempty"`
 	Restarts     int           `json:"restarts"`
@@ -106,6 +107,27 @@ type AgentRecord struct {
 // summarize prints the summary of a job that did not succeed, writes
 // --summary-json, and returns the exit code.
 func (h *head) summarize(res result) int {
+	s, text := h.summary(res)
+	w := new(strings.Builder)
+	defer func() { h.notef("%s", w.String()) }()
+	w.WriteString(text)
+	s.HeadMaxRSS = peakRSS()
+	for i, a := range h.agents {
+		s.Agents = append(s.Agents, AgentRecord{Host: h.plan.Nodes[i].Host.Name, PID: a.hello.PID, MaxRSS: a.maxRSS})
+	}
+	if h.o.SummaryJSON != "" {
+		b, _ := json.MarshalIndent(s, "", "  ")
+		if err := os.WriteFile(h.o.SummaryJSON, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(w, "gorun: --summary-json: %v\n", err)
+		}
+	}
+	return s.ExitCode
+}
+
+// summary is the record of a job that ended with res, but for the
+// figures of the head's and agents' memory, and what gorun prints about
+// it (nothing for a success).
+func (h *head) summary(res result) (Summary, string) {
 	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases}
 	for _, n := range h.plan.Nodes {
 		s.Hosts = append(s.Hosts, n.Host.Name)
@@ -114,10 +136,9 @@ func (h *head) summarize(res result) int {
 		s.Restarts = h.rec[0].Restarts
 	}
 	w := new(strings.Builder)
-	defer func() { h.notef("%s", w.String()) }()
 	stopped := 0
 	for _, r := range h.rec {
-		if r.Stopped && (h.firstErr == nil || r.Rank != h.firstErr.Rank) {
+		if r.Stopped && (res.first == nil || r.Rank != res.first.Rank) {
 			stopped++
 		}
 	}
@@ -125,26 +146,7 @@ func (h *head) summarize(res result) int {
 	case reasonSuccess:
 		s.Reason, s.ExitCode = "success", ExitOK
 	case reasonFailed:
-		f := h.firstErr
-		s.Reason, s.ExitCode, s.FirstFailure = "rank-failed", f.exitCode(), f
-		if f.Err != "" && f.PID == 0 {
-			s.ExitCode = f.Code
-		}
-		s.Message = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, f.describe())
-		fmt.Fprintf(w, "gorun: job %s failed: %s (the first failure, %.2fs after start)\n", h.jobID, s.Message, f.End.Sub(h.start).Seconds())
-		if f.SignalNum == int(unix.SIGKILL) && !f.Stopped {
-			if f.OOMKills > 0 {
-				fmt.Fprintf(w, "gorun: the kernel's OOM killer killed %d process(es) while rank %d ran: it most likely ran out of memory\n", f.OOMKills, f.Rank)
-			} else {
-				fmt.Fprintf(w, "gorun: hint: gorun did not send that SIGKILL; the kernel's OOM killer sends it (see dmesg or journalctl -k), as do cgroup limits and users\n")
-			}
-		}
-		if f.StderrTail != "" {
-			fmt.Fprintf(w, "gorun: last lines of rank %d's stderr:\n%s\n", f.Rank, indent(f.StderrTail, "    | "))
-		}
-		if stopped > 0 {
-			fmt.Fprintf(w, "gorun: %d other rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
-		}
+		h.failure(&s, w, res.first, stopped)
 	case reasonTimeout:
 		s.Reason, s.ExitCode = "timeout", ExitTimeout
 		s.Message = fmt.Sprintf("--timeout %v expired; %d rank(s) were stopped", h.o.Timeout, stopped)
@@ -162,18 +164,36 @@ func (h *head) summarize(res result) int {
 		if stopped > 0 {
 			fmt.Fprintf(w, "gorun: %d rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
 		}
+	case reasonCancelled:
+		s.Reason, s.ExitCode = "cancelled", exitCancelled
+		s.Message = fmt.Sprintf("it was cancelled; %d rank(s) were stopped", stopped)
+		fmt.Fprintf(w, "gorun: job %s ended: %s\n", h.jobID, s.Message)
 	}
-	s.HeadMaxRSS = peakRSS()
-	for i, a := range h.agents {
-		s.Agents = append(s.Agents, AgentRecord{Host: h.plan.Nodes[i].Host.Name, PID: a.hello.PID, MaxRSS: a.maxRSS})
+	return s, w.String()
+}
+
+// failure fills in the summary of a job whose rank f failed first, and
+// says what gorun knows of it.
+func (h *head) failure(s *Summary, w io.Writer, f *RankRecord, stopped int) {
+	s.Reason, s.ExitCode, s.FirstFailure = "rank-failed", f.exitCode(), f
+	if f.Err != "" && f.PID == 0 {
+		s.ExitCode = f.Code
 	}
-	if h.o.SummaryJSON != "" {
-		b, _ := json.MarshalIndent(s, "", "  ")
-		if err := os.WriteFile(h.o.SummaryJSON, append(b, '\n'), 0o644); err != nil {
-			fmt.Fprintf(w, "gorun: --summary-json: %v\n", err)
+	s.Message = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, f.describe())
+	fmt.Fprintf(w, "gorun: job %s failed: %s (the first failure, %.2fs after start)\n", h.jobID, s.Message, f.End.Sub(h.start).Seconds())
+	if f.SignalNum == int(unix.SIGKILL) && !f.Stopped {
+		if f.OOMKills > 0 {
+			fmt.Fprintf(w, "gorun: the kernel's OOM killer killed %d process(es) while rank %d ran: it most likely ran out of memory\n", f.OOMKills, f.Rank)
+		} else {
+			fmt.Fprintf(w, "gorun: hint: gorun did not send that SIGKILL; the kernel's OOM killer sends it (see dmesg or journalctl -k), as do cgroup limits and users\n")
 		}
 	}
-	return s.ExitCode
+	if f.StderrTail != "" {
+		fmt.Fprintf(w, "gorun: last lines of rank %d's stderr:\n%s\n", f.Rank, indent(f.StderrTail, "    | "))
+	}
+	if stopped > 0 {
+		fmt.Fprintf(w, "gorun: %d other rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
+	}
 }
 
 // peakRSS returns this process's peak resident set in KiB (VmHWM). Unlike

@@ -1,0 +1,438 @@
+package launcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gorun/gorun/launcher/control"
+)
+
+// The head runs the job as generations: generation 0 is the first start
+// of every rank, and each restart (--max-restarts) is the next. The loop
+// and its state follow torch elastic's agent (_invoke_run, WorkerState):
+// generation feeds events to one small handler each, and the handlers
+// change a genState, which tests build and feed without processes.
+
+// reason is why a generation ended.
+type reason int
+
+const (
+	reasonSuccess    reason = iota // every rank exited 0
+	reasonFailed                   // a rank failed or aborted: result.first
+	reasonTimeout                  // --timeout expired
+	reasonSignal                   // gorun, or its step's agents, got a signal
+	reasonAgentLost                // an agent was lost
+	reasonOutputLost               // a rank's --output-filename file failed
+	reasonCancelled                // Run's context was cancelled
+)
+
+// result is how a generation ended.
+type result struct {
+	reason reason
+	signal syscall.Signal // reasonSignal: what gorun received
+	lost   string         // reasonAgentLost: which host, why; reasonOutputLost: whose output, why
+	first  *RankRecord    // reasonFailed: the generation's first failure
+}
+
+// exitCancelled is the code of a job that Run's context cancelled: that
+// of a job ended by SIGTERM.
+const exitCancelled = exitSignalStart + int(syscall.SIGTERM)
+
+// genState is the head's state during one generation.
+//
+// The first of these decides how the generation ends, and res keeps it:
+// a rank fails or aborts, an agent or a rank's output is lost, --timeout
+// expires, Run's context is cancelled, or a signal other than SIGUSR1/2
+// reaches gorun or its step's agents. Every one but the signal makes the
+// head stop the job (stopping): Kill to every agent, which sends SIGTERM
+// to its ranks and SIGKILL after the grace period, and a timer of the
+// head's own (escalate) for agents that do not confirm. A signal is
+// forwarded to every rank instead; a second one kills them. The
+// generation is over when no agent is pending: each has said Done or
+// been lost.
+type genState struct {
+	h   *head
+	gen int
+	ctx context.Context // Run's, which the fences' answers honour too
+
+	res        result
+	pending    int  // agents launched that have neither said Done nor been lost
+	started    int  // ranks that have started
+	stopping   bool // Kill was sent to every agent
+	interrupts int  // signals from outside that were not SIGUSR1 or SIGUSR2
+	// lastSig is when a step's agent last reported each signal, which
+	// is forwarded once a second at most.
+	lastSig map[syscall.Signal]time.Time
+	now     func() time.Time // the clock: time.Now but in tests
+
+	// What the loop waits on besides the agents' events; each timer
+	// and ctx's end is nil once handled.
+	sigs     <-chan os.Signal
+	timeout  <-chan time.Time
+	escalate <-chan time.Time
+	done     <-chan struct{}
+}
+
+func (h *head) newGen(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) *genState {
+	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lastSig: map[syscall.Signal]time.Time{}, now: time.Now,
+		sigs: sigs, timeout: timeout, done: ctx.Done()}
+}
+
+// generations runs the job, and runs it again after a rank failed while
+// --max-restarts allows (torchrun's restart of the whole job). --timeout
+// bounds all generations together.
+func (h *head) generations(ctx context.Context, sigs <-chan os.Signal) result {
+	var timeout <-chan time.Time
+	if h.o.Timeout > 0 {
+		t := time.NewTimer(h.o.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	for gen := 0; ; gen++ {
+		res := h.generation(ctx, gen, sigs, timeout)
+		if !h.restart(ctx, gen, res) {
+			return res
+		}
+	}
+}
+
+// restart decides whether the job starts again after generation gen
+// ended with res: only after a rank's failure, while restarts are left
+// and ctx is not done. It says so, and counts the restart in every
+// rank's record.
+func (h *head) restart(ctx context.Context, gen int, res result) bool {
+	if res.reason != reasonFailed || gen >= h.o.MaxRestarts || ctx.Err() != nil {
+		return false
+	}
+	f := res.first
+	h.notef("gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
+		f.Rank, f.Host, f.describe(), gen+1, h.o.MaxRestarts)
+	for i := range h.rec {
+		h.rec[i].Restarts = gen + 1
+	}
+	return true
+}
+
+// generation runs one start of the whole job until every agent is done.
+func (h *head) generation(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) result {
+	g := h.newGen(ctx, gen, sigs, timeout)
+	if err := g.launch(); err != nil {
+		return result{reason: reasonAgentLost, lost: err.Error()}
+	}
+	if gen == 0 && h.o.StdinRank >= 0 {
+		go h.pumpStdin(h.agents[h.plan.Ranks[h.o.StdinRank].Node], h.o.StdinRank)
+	}
+	for g.pending > 0 {
+		g.handle(g.next())
+	}
+	return g.res
+}
+
+// launch sends the generation's Launch to every agent still connected.
+func (g *genState) launch() error {
+	h := g.h
+	for i, n := range h.plan.Nodes {
+		a := h.agents[i]
+		if a.gone {
+			continue
+		}
+		if err := a.w.Send(control.TypeLaunch, h.launchFor(g.gen, i, n, h.master, h.agents[0].hello.FreePort)); err != nil {
+			return fmt.Errorf("agent on %s: %w", n.Host.Name, err)
+		}
+		g.pending++
+	}
+	return nil
+}
+
+// next waits for the generation's next event: an agent's, a signal to
+// gorun, --timeout, the escalation timer, or the end of Run's context.
+func (g *genState) next() event {
+	select {
+	case e := <-g.h.events:
+		return e
+	case s := <-g.sigs:
+		return signalReceived{sig: s.(syscall.Signal)}
+	case <-g.timeout:
+		return timedOut{}
+	case <-g.escalate:
+		return graceExpired{}
+	case <-g.done:
+		return cancelled{err: g.ctx.Err()}
+	}
+}
+
+// handle passes an event to its handler.
+func (g *genState) handle(e event) {
+	switch e := e.(type) {
+	case agentLost:
+		g.onAgentLost(e)
+	case ranksStarted:
+		g.onStarted(e)
+	case rankExited:
+		g.onExited(e)
+	case rankAborted:
+		g.onAbort(e)
+	case agentDone:
+		g.onDone(e)
+	case fenceReached:
+		g.onFence(e)
+	case outputLost:
+		g.onOutputLost(e)
+	case agentError:
+		g.onAgentError(e)
+	case agentSignaled:
+		g.onAgentSignaled(e)
+	case signalReceived:
+		g.onSignal(e)
+	case timedOut:
+		g.onTimeout()
+	case graceExpired:
+		g.onGraceExpired()
+	case cancelled:
+		g.onCancelled(e)
+	}
+	// envReply, routeReply, checkReply: answers that nobody waits for
+	// during a generation.
+}
+
+// end makes r the generation's outcome unless it has one already, and
+// reports whether it did.
+func (g *genState) end(r result) bool {
+	if g.res.reason != reasonSuccess {
+		return false
+	}
+	g.res = r
+	return true
+}
+
+// stop tells every agent to stop its ranks: SIGTERM, SIGKILL after grace.
+func (g *genState) stop(grace time.Duration) {
+	g.stopping = true
+	for _, a := range g.h.agents {
+		if !a.gone {
+			a.w.Send(control.TypeKill, control.Kill{Grace: grace})
+		}
+	}
+	// Agents escalate to SIGKILL themselves; this is the head's own
+	// bound in case an agent does not answer.
+	g.escalate = time.After(grace + 5*time.Second)
+}
+
+// stopOnce stops the job with the grace period unless it is stopping.
+func (g *genState) stopOnce() {
+	if !g.stopping {
+		g.stop(g.h.o.Grace)
+	}
+}
+
+// onAgentLost: the agent's ranks are gone with it; the job stops.
+func (g *genState) onAgentLost(e agentLost) {
+	h := g.h
+	a := h.agents[e.node]
+	if a.gone {
+		return
+	}
+	a.gone = true
+	g.pending--
+	g.end(result{reason: reasonAgentLost, lost: fmt.Sprintf("lost the agent on %s: %v", h.plan.Nodes[e.node].Host.Name, e.err)})
+	h.markLost(e.node, g.gen)
+	g.stopOnce()
+}
+
+// onStarted records the ranks' processes, and the time when the first
+// generation's last rank started.
+func (g *genState) onStarted(e ranksStarted) {
+	h := g.h
+	for _, rs := range e.Ranks {
+		r := &h.rec[rs.Rank]
+		r.PID, r.Start = rs.PID, rs.Time
+	}
+	g.started += len(e.Ranks)
+	if e.Report != "" {
+		h.notef("%s", e.Report)
+	}
+	h.compareTopo(e.node, e.Topo)
+	if g.started == len(h.plan.Ranks) && g.gen == 0 {
+		h.phases.RanksStarted = time.Since(h.start)
+	}
+}
+
+// onExited records how a rank ended; the first rank to fail, unless
+// gorun stopped it, ends the generation.
+func (g *genState) onExited(e rankExited) {
+	if e.Generation != g.gen {
+		return
+	}
+	r := &g.h.rec[e.Rank]
+	r.update(&e.Exited)
+	if r.failed() && !e.Stopped {
+		first := *r
+		if g.end(result{reason: reasonFailed, first: &first}) {
+			g.stopOnce()
+		}
+	}
+}
+
+// onAbort: a rank that ends the job through PMI (or never reached a
+// fence) is a failure, and its host leaves the generation's fences.
+func (g *genState) onAbort(e rankAborted) {
+	h := g.h
+	if e.Generation != g.gen {
+		return
+	}
+	r := h.rec[e.Rank]
+	why, code := h.abortReason(e.Abort)
+	// Nobody waits on it in a fence any more.
+	h.store.Leave(g.gen, e.node, fmt.Sprintf("rank %d on %s %s", e.Rank, r.Host, why))
+	if g.res.reason != reasonSuccess {
+		return
+	}
+	r.Err, r.Code, r.End = why, code, g.now()
+	if r.PID == 0 {
+		r.PID = -1
+	}
+	g.end(result{reason: reasonFailed, first: &r})
+	g.stopOnce()
+}
+
+// abortReason says why an aborting rank ended the job, and the code it
+// ends with.
+func (h *head) abortReason(x control.Abort) (string, int) {
+	switch {
+	case x.Early && x.Msg != "":
+		return x.Msg, 1
+	case x.Early:
+		return "left before MPI_Finalize (its PMI connection closed)", 1
+	case len(x.Missing) > 0:
+		return fmt.Sprintf("never reached a rendezvous fence within %v (--rendezvous-timeout); ranks that never arrived: %s",
+			x.Timeout, h.rankList(x.Missing)), ExitTimeout
+	case x.Msg != "":
+		return fmt.Sprintf("called MPI_Abort(%d): %s", x.Code, x.Msg), x.Code
+	}
+	return fmt.Sprintf("called MPI_Abort(%d)", x.Code), x.Code
+}
+
+// onDone: the agent's ranks of this generation have all ended.
+func (g *genState) onDone(e agentDone) {
+	if e.Generation == g.gen {
+		g.h.agents[e.node].maxRSS = e.MaxRSS
+		g.pending--
+	}
+}
+
+// onFence answers a host's fence when every host has reached it; the
+// store waits for them, so the answer comes off the loop.
+func (g *genState) onFence(e fenceReached) {
+	go g.h.answerFence(g.ctx, e.node, e.Fence)
+}
+
+// onOutputLost: a rank's output cannot reach its file; the job stops.
+func (g *genState) onOutputLost(e outputLost) {
+	if g.end(result{reason: reasonOutputLost, lost: e.why}) {
+		g.stopOnce()
+	}
+}
+
+// onAgentError says what went wrong on the agent's host.
+func (g *genState) onAgentError(e agentError) {
+	g.h.notef("gorun: agent on %s: %s\n", g.h.plan.Nodes[e.node].Host.Name, e.msg)
+}
+
+// onAgentSignaled: a resource manager signalled its step's agents, which
+// passed it to their ranks: the ranks it did not reach (those gorun
+// started itself) get it too, once.
+func (g *genState) onAgentSignaled(e agentSignaled) {
+	now := g.now()
+	if now.Sub(g.lastSig[e.sig]) < time.Second {
+		return
+	}
+	g.lastSig[e.sig] = now
+	g.h.notef("gorun: %s got %s from outside: forwarded to every rank\n", g.h.plan.Nodes[e.node].Host.Name, sigName(e.sig))
+	g.h.broadcastUnstepped(control.TypeSignal, control.Signal{Signal: int(e.sig)})
+	if e.sig != syscall.SIGUSR1 && e.sig != syscall.SIGUSR2 {
+		g.interrupts++
+		g.end(result{reason: reasonSignal, signal: e.sig})
+	}
+}
+
+// onSignal forwards a signal gorun got to every rank; a second interrupt
+// kills them.
+func (g *genState) onSignal(e signalReceived) {
+	h := g.h
+	if g.now().Sub(g.lastSig[e.sig]) < time.Second && g.interrupts == 1 {
+		return // the same signal, which a step's agent reported first
+	}
+	if e.sig == syscall.SIGUSR1 || e.sig == syscall.SIGUSR2 {
+		h.broadcast(control.TypeSignal, control.Signal{Signal: int(e.sig)})
+		return
+	}
+	g.interrupts++
+	g.end(result{reason: reasonSignal, signal: e.sig})
+	if g.interrupts == 1 {
+		h.notef("gorun: got %s: forwarded to every rank (send it again to kill them)\n", sigName(e.sig))
+		h.broadcast(control.TypeSignal, control.Signal{Signal: int(e.sig)})
+	} else {
+		h.notef("gorun: got %s again: killing every rank\n", sigName(e.sig))
+		g.stop(0)
+	}
+}
+
+// onTimeout: --timeout expired; the job stops.
+func (g *genState) onTimeout() {
+	g.timeout = nil
+	g.end(result{reason: reasonTimeout})
+	g.h.notef("gorun: --timeout %v expired: stopping the job\n", g.h.o.Timeout)
+	g.stop(g.h.o.Grace)
+}
+
+// onGraceExpired kills the agents that did not confirm their ranks ended.
+func (g *genState) onGraceExpired() {
+	g.escalate = nil
+	for i, a := range g.h.agents {
+		if !a.gone {
+			g.h.notef("gorun: agent on %s did not confirm its ranks ended; killing it\n", g.h.plan.Nodes[i].Host.Name)
+			a.proc.Kill()
+		}
+	}
+}
+
+// onCancelled: Run's context is done; the job stops as on --timeout.
+func (g *genState) onCancelled(e cancelled) {
+	g.done = nil
+	g.end(result{reason: reasonCancelled})
+	g.h.notef("gorun: cancelled (%v): stopping the job\n", e.err)
+	g.stopOnce()
+}
+
+// compareTopo warns, once per host, when a host's topology differs from
+// the first one reported (bindings then differ across hosts too).
+func (h *head) compareTopo(node int, topo string) {
+	if topo == "" || h.topoWarned[node] {
+		return
+	}
+	if h.topoFirst == "" {
+		h.topoFirst, h.topoFirstNode = topo, node
+		return
+	}
+	if topo != h.topoFirst {
+		if h.topoWarned == nil {
+			h.topoWarned = map[int]bool{}
+		}
+		h.topoWarned[node] = true
+		h.notef("gorun: warning: %s differs from %s: %s, against %s\n", h.plan.Nodes[node].Host.Name,
+			h.plan.Nodes[h.topoFirstNode].Host.Name, topo, h.topoFirst)
+	}
+}
+
+// markLost records the ranks of a lost agent as ended.
+func (h *head) markLost(node, gen int) {
+	now := time.Now()
+	for _, r := range h.plan.Nodes[node].Ranks {
+		if h.rec[r].End.IsZero() || h.rec[r].Generation != gen {
+			h.rec[r].Generation, h.rec[r].End, h.rec[r].Err = gen, now, "its host's agent was lost"
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package launcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/rendezvous"
+)
+
+// The head's part in the ranks' rendezvous: MASTER_ADDR, the job-wide
+// key-value store and its fences.
+
+// masterAddr picks MASTER_ADDR: an address of rank 0's host that the
+// other hosts reach, chosen by rank 0's own routing table (or --iface).
+func (h *head) masterAddr(ctx context.Context) (string, error) {
+	a0 := h.agents[0]
+	var peers []string
+	for _, a := range h.agents[1:] {
+		switch {
+		case a.hello.ConnAddr != "":
+			peers = append(peers, a.hello.ConnAddr)
+		case a0.hello.ClientAddr != "":
+			peers = append(peers, a0.hello.ClientAddr) // a local node: the head's host
+		}
+	}
+	if h.o.Iface == "" && len(peers) == 0 {
+		if a0.hello.ConnAddr != "" {
+			return a0.hello.ConnAddr, nil
+		}
+		return "127.0.0.1", nil // one machine
+	}
+	if err := a0.w.Send(control.TypeRoute, control.Route{Peers: peers, Iface: h.o.Iface}); err != nil {
+		return "", err
+	}
+	for {
+		e, err := h.nextEvent(ctx)
+		if err != nil {
+			return "", err
+		}
+		if e.origin() != 0 {
+			continue
+		}
+		switch e := e.(type) {
+		case routeReply:
+			if e.Err != "" {
+				return "", fmt.Errorf("MASTER_ADDR on %s: %s", h.plan.Nodes[0].Host.Name, e.Err)
+			}
+			return e.Addr, nil
+		case agentLost:
+			return "", e.err
+		}
+	}
+}
+
+// newStore makes the job-wide key-value store and PMI's process mapping.
+func (h *head) newStore() error {
+	var err error
+	h.store, err = rendezvous.NewStore(len(h.plan.Nodes), rendezvous.StoreOptions{FenceTimeout: storeFenceTimeout(h.o.RendezvousTimeout),
+		Budget: rendezvous.Budget{Keys: h.o.KVJobBudget.Keys, Bytes: h.o.KVJobBudget.Bytes, Setting: JobBudgetSetting}})
+	if err != nil {
+		return err
+	}
+	nodeOf := make([]int, len(h.plan.Ranks))
+	for r, p := range h.plan.Ranks {
+		nodeOf[r] = p.Node
+	}
+	h.mapping, _ = rendezvous.ProcessMappingOf(nodeOf)
+	return nil
+}
+
+// storeFenceTimeout is the job-wide fence's bound: a tenth longer than
+// the hosts' local barriers', so that a host whose ranks arrived in part
+// names its missing ranks before the store names whole hosts.
+func storeFenceTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + d/10
+}
+
+// answerFence enters a host's fence into the store, and answers the host
+// when every host has reached it, or the fence failed.
+func (h *head) answerFence(ctx context.Context, node int, f control.Fence) {
+	kvs, err := h.store.Fence(ctx, f.Generation, node, f.Puts)
+	rep := control.FenceReply{Generation: f.Generation, Seq: f.Seq, KVs: kvs}
+	if err != nil {
+		rep.Err = err.Error()
+		h.fenceTimedOut(f.Generation, err)
+	}
+	w := h.agents[node].w
+	if err := w.Send(control.TypeFenceRe, rep); errors.Is(err, control.ErrProtocol) {
+		// More than one frame carries: fail the fence rather than leave
+		// the host waiting for it.
+		w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq,
+			Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)})
+	}
+}
+
+// fenceTimedOut turns the store's fence timeout, which names hosts, into
+// an abort that names their ranks: none of them arrived (a host whose ranks
+// arrived in part reports its own missing ones, from its local barrier).
+func (h *head) fenceTimedOut(gen int, err error) {
+	var te *rendezvous.FenceTimeoutError
+	if !errors.As(err, &te) || len(te.Missing) == 0 {
+		return
+	}
+	var ranks []int
+	for r, p := range h.plan.Ranks {
+		if slices.Contains(te.Missing, p.Node) {
+			ranks = append(ranks, r)
+		}
+	}
+	if len(ranks) == 0 {
+		return
+	}
+	select {
+	case h.events <- rankAborted{fromAgent{te.Missing[0]}, control.Abort{Generation: gen, Rank: ranks[0], Missing: ranks, Timeout: te.Timeout}}:
+	case <-h.done:
+	}
+}
+
+// rankList names ranks with their hosts: "2, 3 (on h2)".
+func (h *head) rankList(ranks []int) string {
+	var b strings.Builder
+	for i, r := range ranks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if i == 16 {
+			fmt.Fprintf(&b, "and %d more", len(ranks)-i)
+			break
+		}
+		fmt.Fprintf(&b, "%d (on %s)", r, h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name)
+	}
+	return b.String()
+}
