@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# coll.sh - allreduce bandwidth of the peers (and of gorun, once its benchmark command
-# exists) for 4 KiB to 64 MiB, float32 sum, with this machine's limits measured in the
-# same rounds:
+# coll.sh - allreduce bandwidth of gorun's collectives (`gorun bench allreduce`) against
+# Open MPI, MPICH and torch's gloo, for 4 KiB to 64 MiB, float32 sum, with this machine's
+# limits measured in the same rounds:
 #
 #   configurations  shm-2    1 host x 2 ranks        (MPI: shared memory; gloo: TCP loopback)
 #                   shm-4    1 host x 4 ranks        (oversubscribed on this 2-vCPU box)
@@ -29,8 +29,9 @@
 # in the machine's load hit all of them alike. Per size the tables give the median over
 # the rounds of each run's own figure (itself the median of its timed blocks).
 #
-# GORUN_BENCH_CMD: gorun's allreduce benchmark, one command line (split on blanks)
-# run once per configuration and round, with these words replaced:
+# GORUN_BENCH_CMD: gorun's allreduce benchmark (default: the `gorun bench allreduce` line
+# below; empty: no gorun column), one command line (split on blanks) run once per
+# configuration and round, with these words replaced:
 #   {LAUNCH}     the gorun launch for the configuration: "GORUN -np N" on this host,
 #                "GORUN --ssh-config CFG -H h1:1,...,hN:1 -np N" over the fake hosts
 #   {GORUN}      the gorun binary this script built      {NP}    the number of ranks

@@ -6,7 +6,7 @@
 # median block), one P per rank (-x GOMAXPROCS=1).
 #
 #   variants   builtin     no --plugin: the collectives' own TCP transport
-#              tcpexample  --plugin tcpexample (plugins/tcpexample, pure Go)
+#              tcpexample  --plugin tcpexample (examples/plugins/tcpexample, pure Go)
 #              fabric      --plugin fabric --fabric-provider 'tcp;ofi_rxm' -x FI_TCP_IFACE=eth0
 #                          (plugins/fabric, libfabric through cgo; left out, with a note,
 #                          when it does not build, e.g. without libfabric-dev)
@@ -74,7 +74,7 @@ echo "building in $BIN..." >&2
   CGO_ENABLED=0 go build -o "$GORUN" ./cmd/gorun
   go build -o "$TH" ./testhosts/cmd/testhosts
   if [[ " $VARIANTS " == *" tcpexample "* ]]; then
-    CGO_ENABLED=0 go build -o "$BIN/gorun-plugin-tcpexample" ./plugins/tcpexample
+    CGO_ENABLED=0 go build -o "$BIN/gorun-plugin-tcpexample" ./examples/plugins/tcpexample
   fi
 )
 if [[ " $VARIANTS " == *" fabric "* ]]; then

@@ -1,5 +1,6 @@
 // Command gorun launches and supervises parallel jobs: the ranks of an MPI,
-// PyTorch or Go program on this machine and, later, across hosts.
+// PyTorch or Go program on this machine, across hosts over SSH, and inside
+// Slurm and PBS allocations. README.md is the tour; man/gorun.1 the manual.
 package main
 
 import (
