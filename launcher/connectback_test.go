@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/internal/procfs"
 )
 
 // lockedBuffer is a bytes.Buffer for several goroutines.
@@ -451,7 +452,7 @@ func TestSlurmStarterListens(t *testing.T) {
 	if parsed := net.ParseIP(ip); parsed == nil || parsed.IsLoopback() || parsed.IsUnspecified() {
 		t.Fatalf("listenAddr() = %q", ip)
 	}
-	if name := defaultRouteIface(); name != "" {
+	if name := procfs.Proc.DefaultRouteIface(); name != "" {
 		if want, _ := routeAddr(nil, name); want != ip {
 			t.Errorf("listenAddr() = %s, want %s, the address of the default route's %s", ip, want, name)
 		}

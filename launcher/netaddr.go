@@ -1,6 +1,7 @@
-// This file holds the network addresses that the agent tells the head of:
-// the local address routed to the peers, a free port for MASTER_PORT, and
-// the addresses of an SSH connection.
+// This file holds the network addresses that the agent tells the head of
+// (the local address routed to the peers, a free port for MASTER_PORT, the
+// addresses of an SSH connection), and the one the head listens on for the
+// agents that srun starts.
 
 package launcher
 
@@ -99,4 +100,33 @@ func freePort() int {
 		return p
 	}
 	return 0
+}
+
+// listenAddr is the address the head listens on for its agents: iface's
+// first IPv4 address, else that of the interface of this node's default
+// route, else the first IPv4 address of an interface that is up and not
+// loopback. Never every interface, and never loopback: an agent runs on
+// another node.
+func listenAddr(iface string) (string, error) {
+	if iface != "" {
+		return routeAddr(nil, iface)
+	}
+	if name := procfs.Proc.DefaultRouteIface(); name != "" {
+		if ip, err := routeAddr(nil, name); err == nil {
+			return ip, nil
+		}
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return "", err
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		if ip, err := routeAddr(nil, ifc.Name); err == nil {
+			return ip, nil
+		}
+	}
+	return "", errors.New("this node has no IPv4 address but loopback's, which agents on other nodes cannot reach; name an interface with --iface")
 }

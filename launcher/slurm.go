@@ -136,55 +136,6 @@ func (s *SlurmStarter) start() error {
 	return s.err
 }
 
-// listenAddr is the address the head listens on for its agents: iface's
-// first IPv4 address, else that of the interface of this node's default
-// route, else the first IPv4 address of an interface that is up and not
-// loopback. Never every interface, and never loopback: an agent runs on
-// another node.
-func listenAddr(iface string) (string, error) {
-	if iface != "" {
-		return routeAddr(nil, iface)
-	}
-	if name := defaultRouteIface(); name != "" {
-		if ip, err := routeAddr(nil, name); err == nil {
-			return ip, nil
-		}
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return "", err
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		if ip, err := routeAddr(nil, ifc.Name); err == nil {
-			return ip, nil
-		}
-	}
-	return "", errors.New("this node has no IPv4 address but loopback's, which agents on other nodes cannot reach; name an interface with --iface")
-}
-
-// defaultRouteIface is the interface of the IPv4 default route
-// (/proc/net/route), "" when there is none.
-func defaultRouteIface() string {
-	b, err := os.ReadFile("/proc/net/route")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n")[1:] {
-		f := strings.Fields(line)
-		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...: the
-		// default route has destination and mask 0 and is up (flag 1).
-		if len(f) >= 8 && f[1] == "00000000" && f[7] == "00000000" {
-			if flags, err := strconv.ParseUint(f[3], 16, 32); err == nil && flags&1 != 0 {
-				return f[0]
-			}
-		}
-	}
-	return ""
-}
-
 // maxHandshakes bounds the connect-back handshakes in flight: a new
 // connection beyond it closes the oldest unproven one. A genuine agent
 // proves itself within milliseconds of connecting, so a flood of silent

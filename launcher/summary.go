@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/procfs"
 	"github.com/gorun/gorun/launcher/control"
 )
 
@@ -199,16 +199,4 @@ func (h *head) failure(s *Summary, w io.Writer, f *RankRecord, stopped int) {
 // peakRSS returns this process's peak resident set in KiB (VmHWM). Unlike
 // getrusage's ru_maxrss, it does not start from the peak of whatever
 // process forked gorun (Linux carries ru_maxrss across fork and exec).
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
+func peakRSS() int64 { return procfs.Proc.SelfStatusKB("VmHWM") }
