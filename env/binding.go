@@ -247,3 +247,40 @@ func plural(n int, what string) string {
 	}
 	return strconv.Itoa(n) + " " + what + "s"
 }
+
+// NewBindingOptions returns the options of Bindings for ranks whose
+// environment is environ (the agent's, then the -x exports: the last value
+// of a name wins) with --gpu-bind gpuBind: every name set there is the
+// user's; SLURM_CPUS_ON_NODE gives the node's CPUs; and the entries of
+// CUDA_VISIBLE_DEVICES are Unseen's candidates, for the caller to set where
+// gorun sees none of those GPUs.
+func NewBindingOptions(gpuBind GPUBind, environ []string) (o BindingOptions, granted []string) {
+	o = BindingOptions{GPUBind: gpuBind, User: map[string]bool{}}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		o.User[name] = true
+	}
+	if v, ok := Lookup(environ, "SLURM_CPUS_ON_NODE"); ok {
+		o.NodeCPUs, _ = strconv.Atoi(v)
+	}
+	if v, ok := Lookup(environ, CUDAVisibleDevices); ok {
+		for _, g := range strings.Split(v, ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				granted = append(granted, g)
+			}
+		}
+	}
+	return o, granted
+}
+
+// Lookup returns the value of name in environ (NAME=value pairs, the last
+// one winning, as for a process started with them) and whether it is set.
+func Lookup(environ []string, name string) (string, bool) {
+	v, found := "", false
+	for _, kv := range environ {
+		if k, val, _ := strings.Cut(kv, "="); k == name {
+			v, found = val, true
+		}
+	}
+	return v, found
+}

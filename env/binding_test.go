@@ -347,3 +347,26 @@ func TestBuildVisibilityLast(t *testing.T) {
 		t.Errorf("Build: %v", got)
 	}
 }
+
+// The options read from a rank's environment: the user's names, the
+// node's CPUs from Slurm, and the inherited CUDA_VISIBLE_DEVICES' entries,
+// the last value of a name winning.
+func TestNewBindingOptions(t *testing.T) {
+	t.Parallel()
+	o, granted := NewBindingOptions(GPUBindSingle, []string{"CUDA_VISIBLE_DEVICES=0,1", "SLURM_CPUS_ON_NODE=8", "FOO=x", "CUDA_VISIBLE_DEVICES= 2, ,3"})
+	if o.GPUBind != GPUBindSingle || o.NodeCPUs != 8 || !o.User["FOO"] || !o.User[CUDAVisibleDevices] || o.User["BAR"] {
+		t.Errorf("options %+v", o)
+	}
+	if !slices.Equal(granted, []string{"2", "3"}) {
+		t.Errorf("granted %q", granted)
+	}
+	if _, granted := NewBindingOptions(GPUBindAll, nil); granted != nil {
+		t.Errorf("granted %q without CUDA_VISIBLE_DEVICES", granted)
+	}
+	if v, ok := Lookup([]string{"A=1", "B=2", "A="}, "A"); !ok || v != "" {
+		t.Errorf("Lookup A = %q, %v", v, ok)
+	}
+	if _, ok := Lookup([]string{"A=1"}, "B"); ok {
+		t.Error("Lookup found B")
+	}
+}

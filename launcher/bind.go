@@ -146,12 +146,12 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 		gpus = topology.LocalGPUs()
 	}
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || gpus == 0)) {
-		o := bindingOptions(gpuBind, all)
+		o, granted := env.NewBindingOptions(gpuBind, all)
 		if gpus < 0 {
 			gpus = topology.LocalGPUs()
 		}
 		if gpus == 0 {
-			o.Unseen = unseenGPUs(all)
+			o.Unseen = granted
 		} else if gpuBind == env.GPUBindSingle {
 			why := "--bind-to none"
 			if to == topology.BindDefault {
@@ -212,7 +212,7 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, enviro
 	if err != nil {
 		return nb, err
 	}
-	o := bindingOptions(gpuBind, environ)
+	o, granted := env.NewBindingOptions(gpuBind, environ)
 	vis, narrowed, err := jobGPUs(n, b.GPUs, environ)
 	// MIG instances, which gorun does not place: no rank gets a GPU of its
 	// own, and they get the list as it is (one instance each with
@@ -235,12 +235,12 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, enviro
 	}
 	switch {
 	case mig:
-		o.Unseen = unseenGPUs(environ)
+		o.Unseen = granted
 		for i := range nb.Plan {
 			nb.Plan[i].Why = strings.Replace(nb.Plan[i].Why, "no GPUs visible", "no GPU of its own", 1) + "; " + migErr.Error() + ", which gorun does not place"
 		}
 	case len(topology.BindableGPUs(n)) == 0:
-		o.Unseen = unseenGPUs(environ)
+		o.Unseen = granted
 	case gpuBind == env.GPUBindSingle && nb.Plan[0].GPU == nil:
 		return nb, fmt.Errorf("--gpu-bind single: the ranks are not bound to GPUs (%s); use --bind-to gpu", nb.Plan[0].Why)
 	}
@@ -264,59 +264,20 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, enviro
 	return nb, nil
 }
 
-// bindingOptions are env's options for ranks whose environment is
-// environ: the names set there are the user's, and SLURM_CPUS_ON_NODE
-// the node's CPUs.
-func bindingOptions(gpuBind env.GPUBind, environ []string) env.BindingOptions {
-	o := env.BindingOptions{GPUBind: gpuBind, User: map[string]bool{}}
-	for _, kv := range environ {
-		name, v, _ := strings.Cut(kv, "=")
-		o.User[name] = true
-		if name == "SLURM_CPUS_ON_NODE" {
-			o.NodeCPUs, _ = strconv.Atoi(v)
-		}
-	}
-	return o
-}
-
-// unseenGPUs returns the entries of the CUDA_VISIBLE_DEVICES of env (the
-// last one) for a node where gorun sees no GPU: the GPUs a resource
-// manager granted that only the job's runtime can see.
-func unseenGPUs(env []string) []string {
-	var out []string
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "CUDA_VISIBLE_DEVICES="); ok {
-			out = out[:0]
-			for _, g := range strings.Split(v, ",") {
-				if g = strings.TrimSpace(g); g != "" {
-					out = append(out, g)
-				}
-			}
-		}
-	}
-	return out
-}
-
 // jobGPUs returns the GPUs the job may use on node n, as indexes into
 // n.GPUs in the order the ranks' runtime numbers them, and whether gorun
 // itself narrowed them: the GPU slots of --include/--exclude (slots, GPU
-// indexes), within what the environment env (the agent's, then -x)
+// indexes), within what the environment environ (the agent's, then -x)
 // grants in the GPUs' visibility variable (CUDA_VISIBLE_DEVICES, set by
 // the user or by Slurm; ROCR_VISIBLE_DEVICES for AMD GPUs;
 // ZE_AFFINITY_MASK for Intel's). nil means every GPU.
-func jobGPUs(n *topology.Node, slots []int, env []string) (vis []int, narrowed bool, err error) {
+func jobGPUs(n *topology.Node, slots []int, environ []string) (vis []int, narrowed bool, err error) {
 	if len(n.GPUs) == 0 {
 		return nil, false, nil
 	}
 	name := envVisibility(n)
-	var granted *string
-	for _, kv := range env {
-		if k, v, _ := strings.Cut(kv, "="); k == name {
-			granted = &v
-		}
-	}
-	if granted != nil {
-		if vis, err = visibleGPUs(n, name, *granted); err != nil {
+	if granted, ok := env.Lookup(environ, name); ok {
+		if vis, err = visibleGPUs(n, name, granted); err != nil {
 			return nil, false, err
 		}
 	}
