@@ -264,6 +264,24 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, enviro
 	return nb, nil
 }
 
+// ReportWithEnv is Report (made for host) with each rank's variables from
+// its binding, LOCAL_RANK first, on a line after the rank's two: what
+// `gorun topo --plan N --env` prints.
+func (nb NodeBindings) ReportWithEnv(host string) string {
+	var sb strings.Builder
+	rank := -1
+	for l := range strings.Lines(nb.Report) {
+		if strings.HasPrefix(l, host+" rank ") {
+			rank++
+		}
+		sb.WriteString(l)
+		if rank >= 0 && rank < len(nb.Hints) && strings.HasPrefix(l, "  why: ") {
+			fmt.Fprintf(&sb, "  env: %s\n", strings.Join(append([]string{"LOCAL_RANK=" + strconv.Itoa(rank)}, nb.Hints[rank].Vars...), " "))
+		}
+	}
+	return sb.String()
+}
+
 // jobGPUs returns the GPUs the job may use on node n, as indexes into
 // n.GPUs in the order the ranks' runtime numbers them, and whether gorun
 // itself narrowed them: the GPU slots of --include/--exclude (slots, GPU

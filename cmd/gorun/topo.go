@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -99,20 +98,7 @@ func printPlan(c *cli.Context, stdout io.Writer, n *topology.Node, root string, 
 		_, err := io.WriteString(stdout, nb.Report)
 		return err
 	}
-	// The report with each rank's variables after its two lines.
-	lines := strings.SplitAfter(nb.Report, "\n")
-	var sb strings.Builder
-	rank := -1
-	for _, l := range lines {
-		if strings.HasPrefix(l, host+" rank ") {
-			rank++
-		}
-		sb.WriteString(l)
-		if rank >= 0 && strings.HasPrefix(l, "  why: ") {
-			fmt.Fprintf(&sb, "  env: %s\n", strings.Join(append([]string{"LOCAL_RANK=" + strconv.Itoa(rank)}, nb.Hints[rank].Vars...), " "))
-		}
-	}
-	_, err = io.WriteString(stdout, sb.String())
+	_, err = io.WriteString(stdout, nb.ReportWithEnv(host))
 	return err
 }
 
