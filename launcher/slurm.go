@@ -129,26 +129,29 @@ func (s *SlurmStarter) start() error {
 			ln.Close()
 		}()
 		go func() {
-			serveAgents(ln, s.id, s.key, &s.refused, s.arrive)
+			serveAgents(ln, s.id, s.key, &s.refused, handshakeLimit(len(s.nodes)), s.arrive)
 			s.refused.summary()
 		}()
 	})
 	return s.err
 }
 
-// maxHandshakes bounds the connect-back handshakes in flight: a new
-// connection beyond it closes the oldest unproven one. A genuine agent
-// proves itself within milliseconds of connecting, so a flood of silent
-// connections cannot keep it waiting behind them.
-const maxHandshakes = 64
+// handshakeLimit bounds the connect-back handshakes in flight for a job
+// of nodes agents: a new connection beyond it closes the oldest unproven
+// one, so that a flood of silent connections cannot keep a genuine agent
+// waiting behind them. The bound leaves room for every agent at once
+// plus a margin: srun starts them together, and the head finishes about
+// 3,000 handshakes a second per core (bench/connectback.sh), so with a
+// fixed 64 a burst of a few hundred agents lost the latest of them.
+func handshakeLimit(nodes int) int { return nodes + 64 }
 
 // serveAgents accepts agents' connections on ln until it is closed, runs
 // the head's side of the connect-back on each (at most maxHandshakes at
-// once), and hands each agent that proved itself to arrive. Accept errors
+// once: handshakeLimit), and hands each agent that proved itself to arrive. Accept errors
 // (out of descriptors, a connection aborted) are waited out with a
 // growing pause, as net/http's server does, never taken as the end.
 // Refusals go to refused, which says the first and counts the rest.
-func serveAgents(ln net.Listener, id *headIdentity, key []byte, refused *refusals, arrive func(node string, c net.Conn)) {
+func serveAgents(ln net.Listener, id *headIdentity, key []byte, refused *refusals, maxHandshakes int, arrive func(node string, c net.Conn)) {
 	var mu sync.Mutex
 	inflight := map[net.Conn]time.Time{}
 	var pause time.Duration
