@@ -47,6 +47,12 @@ type AgentOptions struct {
 	// the control connection when it is not SSH's (which says them in
 	// SSH_CONNECTION): the head picks MASTER_ADDR from them.
 	ConnAddr, ClientAddr string
+	// Procs starts the ranks when they are not real processes (the
+	// cluster simulator's); nil: fork and exec. See [Procs].
+	Procs Procs
+	// Kids starts the agents below this one in a launch tree; nil: over
+	// SSH with the head's settings.
+	Kids Starter
 }
 
 // stopGraceOnEOF is how long ranks get between SIGTERM and SIGKILL when the
@@ -82,11 +88,16 @@ type agent struct {
 	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
 	shm       shmSweep   // the /dev/shm files that killed ranks leave
 	fenceMu   sync.Mutex
-	fenceSeq  int
-	fenceWait map[int]chan control.FenceReply
+	fenceSeq  int // fences of the generation so far
+	fenceGen  int
+	fenceWait map[[2]int]chan control.FenceReply // by generation and fence number
 
 	kidsMu   sync.Mutex
-	kids     map[int]*kid // lower agents by node (--launch-fanout)
+	kids     map[int]*kid  // lower agents by node (--launch-fanout)
+	kidBeat  *time.Ticker  // heartbeats to them, when the head asked for some
+	tree     treeFence     // the fences of this agent's subtree, when it has lower agents
+	quit     chan struct{} // closed as the agent ends: its helpers stop
+	quitOnce sync.Once
 	dialOnce sync.Once
 	dialer   *sshclient.Dialer
 	dialErr  error
@@ -109,29 +120,36 @@ type rankProc struct {
 func RunAgent(ctx context.Context, o AgentOptions) error {
 	// Orphaned grandchildren of ranks are re-parented to the agent, so that
 	// it can find and kill them; ranks die with the agent's thread.
-	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	if o.Procs == nil {
+		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	}
 	a := &agent{
 		o:     o,
 		w:     control.NewWriter(o.Out),
 		log:   &log{w: o.Log, prefix: "gorun agent " + o.Host + ": "},
 		byPID: map[int]*rankProc{},
 		stdin: map[int]chan []byte{},
+		quit:  make(chan struct{}),
 	}
+	defer a.quitOnce.Do(func() { close(a.quit) })
 	r := control.NewReader(o.In)
 	headHello, err := a.hello(r)
 	if err != nil {
 		return err
 	}
 
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
-	// A write to the control channel after the head is gone must be an
-	// error, not death by SIGPIPE before the ranks are stopped. Caught,
-	// not ignored: an ignored SIGPIPE would be inherited by the ranks.
-	pipes := make(chan os.Signal, 1)
-	signal.Notify(pipes, syscall.SIGPIPE)
-	defer signal.Stop(pipes)
-	defer signal.Stop(sigs)
+	var sigs chan os.Signal // an agent sharing its process (Procs) takes no signals
+	if o.Procs == nil {
+		sigs = make(chan os.Signal, 16)
+		signal.Notify(sigs, syscall.SIGCHLD, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+		// A write to the control channel after the head is gone must be an
+		// error, not death by SIGPIPE before the ranks are stopped. Caught,
+		// not ignored: an ignored SIGPIPE would be inherited by the ranks.
+		pipes := make(chan os.Signal, 1)
+		signal.Notify(pipes, syscall.SIGPIPE)
+		defer signal.Stop(pipes)
+		defer signal.Stop(sigs)
+	}
 	frames := make(chan error, 1)
 	go func() { frames <- a.readFrames(r) }()
 	var silent <-chan time.Time
@@ -187,12 +205,17 @@ func numaNodes() int {
 }
 
 // beat sends the head a heartbeat every interval until the returned
-// function is called or a send fails.
+// function is called, the agent ends, or a send fails.
 func (a *agent) beat(interval time.Duration) (stop func()) {
 	t := time.NewTicker(interval)
 	go func() {
-		for range t.C {
-			if a.w.Send(control.TypeBeat, nil) != nil {
+		for {
+			select {
+			case <-t.C:
+				if a.w.Send(control.TypeBeat, nil) != nil {
+					return
+				}
+			case <-a.quit:
 				return
 			}
 		}
@@ -208,9 +231,14 @@ func (a *agent) watchSilence(timeout time.Duration) <-chan time.Time {
 	go func() {
 		t := time.NewTicker(timeout / 4)
 		defer t.Stop()
-		for now := range t.C {
-			if now.Sub(time.Unix(0, a.heard.Load())) > timeout {
-				fire <- now
+		for {
+			select {
+			case now := <-t.C:
+				if now.Sub(time.Unix(0, a.heard.Load())) > timeout {
+					fire <- now
+					return
+				}
+			case <-a.quit:
 				return
 			}
 		}
@@ -307,6 +335,9 @@ func (a *agent) readFrames(r *control.Reader) error {
 			if err := f.Decode(&r); err != nil {
 				return err
 			}
+			if a.kidCount() > 0 {
+				a.toKids(control.AppendFrame(nil, f.Type, f.Payload))
+			}
 			a.fenceDone(r)
 		case control.TypeCheck:
 			var q control.Check
@@ -342,18 +373,6 @@ func (a *agent) answerRoute(q control.Route) {
 		rep.Err = err.Error()
 	}
 	a.w.Send(control.TypeRouteRe, rep)
-}
-
-// startKid registers and starts the lower agent that sp asks for.
-func (a *agent) startKid(sp control.Spawn) {
-	k := &kid{in: make(chan []byte, 1024), ready: make(chan struct{})}
-	a.kidsMu.Lock()
-	if a.kids == nil {
-		a.kids = map[int]*kid{}
-	}
-	a.kids[sp.Node] = k
-	a.kidsMu.Unlock()
-	go a.spawn(sp, k)
 }
 
 // log writes the agent's diagnostics.

@@ -89,7 +89,10 @@ func (a *agent) launch(l control.Launch) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.beginGeneration(l)
-	ooms := oomKills()
+	ooms := 0
+	if !a.simulated() {
+		ooms = oomKills()
+	}
 	a.restartPMI(p)
 	if code, msg := a.prepare(p); msg != "" {
 		for _, s := range l.Ranks {
@@ -194,7 +197,11 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(ranks); i = int(next.Add(1) - 1) {
 				exe, argv := bindArgv(p.binding(i), p.path, p.l.Argv)
-				procs[i], errs[i] = a.start(p.l, ranks[i], exe, argv, p.environ(i))
+				if a.simulated() {
+					procs[i], errs[i] = a.startProc(ranks[i], exe, argv, p.environ(i), p.l.Dir)
+				} else {
+					procs[i], errs[i] = a.start(p.l, ranks[i], exe, argv, p.environ(i))
+				}
 			}
 		}()
 	}

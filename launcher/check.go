@@ -81,7 +81,7 @@ func newChecker(o CheckOptions) (*checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ro := Options{Hosts: o.Hosts, Fanout: o.Fanout, SSH: absPaths(o.SSH), Starter: o.Starter, Stderr: os.Stderr, Stdout: o.Out,
+	ro := Options{Hosts: o.Hosts, Fanout: treeFanoutFor(o.Fanout, len(o.Hosts)), SSH: absPaths(o.SSH), Starter: o.Starter, Stderr: os.Stderr, Stdout: o.Out,
 		Version: o.Version, BeatTimeout: o.BeatTimeout}
 	if ro.Starter == nil {
 		if ro.Starter, err = defaultStarter(ro, plan); err != nil {

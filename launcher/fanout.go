@@ -2,12 +2,16 @@ package launcher
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
@@ -20,6 +24,84 @@ import (
 // connections, not one per host, and every agent speaks the same
 // protocol whether it is reached directly or through others.
 
+// FanoutAuto is Options.Fanout's default (--launch-fanout auto): a launch
+// tree of DefaultFanout for a job on more than TreeAbove hosts reached
+// over SSH, else none.
+const FanoutAuto = -1
+
+// TreeAbove and DefaultFanout choose --launch-fanout auto's tree. They
+// come from the cluster simulator (bench/scale.sh, bench/README.md): at
+// TreeAbove hosts and below the flat launch is as fast, since a tree adds
+// a hop; above it the head's per-host costs (a connection, heartbeats, a
+// fence message and answer per host) make flat the slower, and at 2,048
+// hosts several times so.
+const (
+	TreeAbove     = 64
+	DefaultFanout = 32
+)
+
+// ParseFanout parses --launch-fanout: auto (FanoutAuto), 0 (every agent
+// from the head) or K >= 1.
+func ParseFanout(s string) (int, error) {
+	if s == "auto" || s == "" {
+		return FanoutAuto, nil
+	}
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 {
+		return 0, fmt.Errorf("%w: --launch-fanout %q: want auto, 0 (no tree) or the tree's fanout K >= 1", ErrUsage, s)
+	}
+	return k, nil
+}
+
+// treeFanout is the launch tree's fanout for a job: Options.Fanout, or
+// for FanoutAuto DefaultFanout above TreeAbove hosts. Inside a Slurm
+// allocation srun starts every agent, and there is no tree.
+func treeFanout(o Options, plan *Plan) int {
+	if o.Fanout != FanoutAuto {
+		return o.Fanout
+	}
+	if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+		return 0
+	}
+	return treeFanoutFor(o.Fanout, len(plan.Nodes))
+}
+
+// EffectiveFanout is the launch tree's fanout that Run uses for o: 0 for
+// none.
+func EffectiveFanout(o Options) int {
+	if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+		return 0
+	}
+	return treeFanoutFor(o.Fanout, len(o.Hosts))
+}
+
+// treeFanoutFor is treeFanout for n hosts reached over SSH.
+func treeFanoutFor(fanout, n int) int {
+	if fanout == FanoutAuto {
+		if n > TreeAbove {
+			return DefaultFanout
+		}
+		return 0
+	}
+	return fanout
+}
+
+// subtree lists the nodes below node in the launch tree of fanout k,
+// nearest first.
+func subtree(node, n, k int) []int {
+	if k <= 0 {
+		return nil
+	}
+	var out []int
+	for q := []int{node}; len(q) > 0; q = q[1:] {
+		for c := (q[0] + 1) * k; c < (q[0]+2)*k && c < n; c++ {
+			out = append(out, c)
+			q = append(q, c)
+		}
+	}
+	return out
+}
+
 // fanoutParent returns the node that starts node i in a K-ary launch
 // tree over nodes 0..n-1 (nodes 0..K-1 hang off the head: -1).
 func fanoutParent(i, k int) int {
@@ -29,25 +111,75 @@ func fanoutParent(i, k int) int {
 	return i/k - 1
 }
 
-// spawnErr is the agent's answer when a lower agent could not start.
+// spawnErr is the agent's answer when a lower agent could not start, or
+// its stream failed.
 type spawnErr struct {
 	Node int    `json:"node"`
 	Err  string `json:"err"`
 }
 
-// kid is a lower agent this agent started for the head.
+// kid is a lower agent this agent started for the head. The agent reads
+// its frames (relaying them up, but for its heartbeats, which stop here,
+// and its fences, which join this agent's: treeFence), and writes to it
+// the head's frames for it and its own (heartbeats, fences' answers).
 type kid struct {
-	in    chan []byte // bytes from the head for its input; nil = EOF
+	node  int
+	q     chan kidMsg // to its input, in order
+	mu    sync.Mutex  // guards eof
+	eof   bool        // its input is closed: nothing more is queued
 	ready chan struct{}
 	proc  AgentProcess // set before ready closes; nil if it failed
+	heard atomic.Int64 // unix nanoseconds of its last frame
+	// lostWhy says why this agent dropped it (silence), if it did.
+	lostWhy atomic.Value
+}
+
+// kidMsg is something for a lower agent's input: bytes of the head's
+// frames (one frame may span several), a whole frame of this agent's, or
+// the end of its input.
+type kidMsg struct {
+	raw   []byte
+	frame []byte
+	eof   bool
+}
+
+// send queues m for the kid's input; after the end, nothing.
+func (k *kid) send(m kidMsg) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.eof {
+		return
+	}
+	k.eof = m.eof
+	k.q <- m
+}
+
+// startKid registers and starts the lower agent that sp asks for.
+func (a *agent) startKid(sp control.Spawn) {
+	k := &kid{node: sp.Node, q: make(chan kidMsg, 1024), ready: make(chan struct{})}
+	a.kidsMu.Lock()
+	if a.kids == nil {
+		a.kids = map[int]*kid{}
+	}
+	a.kids[sp.Node] = k
+	if a.kidBeat == nil && sp.Beat > 0 && sp.BeatTimeout > 0 {
+		a.kidBeat = time.NewTicker(sp.Beat)
+		go a.beatKids(a.kidBeat, sp.BeatTimeout)
+	}
+	a.kidsMu.Unlock()
+	go a.spawn(sp, k)
 }
 
 // spawn starts a lower agent and relays its stream, in both directions.
 func (a *agent) spawn(sp control.Spawn, k *kid) {
 	defer close(k.ready)
-	d, err := a.sshDialer(sp.SSH)
 	var p AgentProcess
-	if err == nil {
+	var err error
+	if a.o.Kids != nil {
+		p, err = a.o.Kids.StartAgent(context.Background(), hostfile.Host{Name: sp.Host, User: sp.User, Port: sp.Port})
+	} else if d, derr := a.sshDialer(sp.SSH); derr != nil {
+		err = derr
+	} else {
 		self, _ := os.Executable()
 		st := &SSHStarter{Dialer: d, Exe: sp.Exe, Source: self, Stage: sp.SSH.Stage, Stderr: a.o.Log, Log: a.log.printf, ForwardAgent: true}
 		p, err = st.StartAgent(context.Background(), hostfile.Host{Name: sp.Host, User: sp.User, Port: sp.Port})
@@ -58,34 +190,154 @@ func (a *agent) spawn(sp control.Spawn, k *kid) {
 		return
 	}
 	k.proc = p
-	go func() {
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := p.Read(buf)
-			if n > 0 {
-				a.w.SendRelay(control.Relay{Node: sp.Node, Data: buf[:n]})
-			}
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					a.w.Send(control.TypeSpawnErr, spawnErr{Node: sp.Node, Err: err.Error()})
-				}
-				a.w.SendRelay(control.Relay{Node: sp.Node})
-				p.Wait()
-				return
-			}
+	k.heard.Store(time.Now().UnixNano())
+	go a.readKid(k, p)
+	go a.feedKid(k, p)
+}
+
+// readKid relays a lower agent's stream up, frame by frame (frames that
+// came together go up together), but for its heartbeats and fences.
+func (a *agent) readKid(k *kid, p AgentProcess) {
+	r := control.NewReader(p)
+	garbage, id, err := r.SkipPreamble()
+	if err == nil {
+		garbage = append(garbage, control.Preamble+" "+id+"\n"...)
+	}
+	if len(garbage) > 0 {
+		a.w.SendRelay(control.Relay{Node: k.node, Data: garbage})
+	}
+	var batch []byte
+	flush := func() {
+		if len(batch) > 0 {
+			a.w.SendRelay(control.Relay{Node: k.node, Data: batch})
+			batch = batch[:0]
 		}
-	}()
-	go func() {
-		for b := range k.in {
-			if b == nil {
-				p.Close()
-				return
+	}
+	for err == nil {
+		var f control.Frame
+		if f, err = r.Next(); err != nil {
+			break
+		}
+		k.heard.Store(time.Now().UnixNano())
+		switch f.Type {
+		case control.TypeBeat:
+		case control.TypeFence:
+			var fe control.Fence
+			if err = f.Decode(&fe); err != nil {
+				break
 			}
+			if len(fe.Nodes) == 0 {
+				fe.Nodes = []int{k.node}
+			}
+			flush()
+			a.tree.arrive(a, fe)
+		default:
+			batch = control.AppendFrame(batch, f.Type, f.Payload)
+		}
+		if len(r.Buffered()) == 0 || len(batch) >= 256<<10 {
+			flush()
+		}
+	}
+	flush()
+	if why, ok := k.lostWhy.Load().(string); ok {
+		err = errors.New(why)
+	}
+	if !errors.Is(err, io.EOF) {
+		a.w.Send(control.TypeSpawnErr, spawnErr{Node: k.node, Err: err.Error()})
+	}
+	a.w.SendRelay(control.Relay{Node: k.node})
+	p.Wait()
+}
+
+// feedKid writes the kid's input: the head's bytes as they come, and this
+// agent's own frames between two of the head's frames.
+func (a *agent) feedKid(k *kid, p AgentProcess) {
+	pending := 0 // bytes of the head's current frame still to write
+	var held [][]byte
+	broken := false
+	write := func(b []byte) {
+		if !broken {
 			if _, err := p.Write(b); err != nil {
-				return
+				broken = true // its reader reports the end
 			}
 		}
-	}()
+	}
+	for {
+		var m kidMsg
+		select {
+		case m = <-k.q:
+		case <-a.quit:
+			return
+		}
+		switch {
+		case m.eof:
+			p.Close()
+			return
+		case m.frame != nil:
+			if pending > 0 {
+				held = append(held, m.frame)
+				continue
+			}
+			write(m.frame)
+		default:
+			for b := m.raw; len(b) > 0; {
+				if pending == 0 {
+					if len(b) < 4 {
+						broken = true // not the head's frames: drop the rest
+						break
+					}
+					pending = 4 + int(binary.BigEndian.Uint32(b))
+				}
+				n := min(pending, len(b))
+				write(b[:n])
+				pending, b = pending-n, b[n:]
+				if pending == 0 {
+					for _, f := range held {
+						write(f)
+					}
+					held = nil
+				}
+			}
+		}
+	}
+}
+
+// beatKids sends every lower agent a heartbeat on each tick, and drops
+// those it heard nothing from for timeout, until the agent ends.
+func (a *agent) beatKids(t *time.Ticker, timeout time.Duration) {
+	beat := control.AppendFrame(nil, control.TypeBeat, nil)
+	for {
+		var now time.Time
+		select {
+		case now = <-t.C:
+		case <-a.quit:
+			return
+		}
+		a.kidsMu.Lock()
+		kids := make([]*kid, 0, len(a.kids))
+		for _, k := range a.kids {
+			kids = append(kids, k)
+		}
+		a.kidsMu.Unlock()
+		for _, k := range kids {
+			select {
+			case <-k.ready:
+			default:
+				continue
+			}
+			if k.proc == nil {
+				continue
+			}
+			if last := time.Unix(0, k.heard.Load()); now.Sub(last) > timeout {
+				if k.lostWhy.Load() == nil {
+					k.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
+					k.proc.Kill()
+				}
+				continue
+			}
+			k.send(kidMsg{frame: beat})
+		}
+	}
 }
 
 // sshDialer returns the agent's dialer for lower agents, made once.
@@ -111,10 +363,26 @@ func (a *agent) relayTo(r control.Relay) {
 		return
 	}
 	if len(r.Data) == 0 {
-		close(k.in)
+		k.send(kidMsg{eof: true})
 		return
 	}
-	k.in <- append([]byte(nil), r.Data...)
+	k.send(kidMsg{raw: append([]byte(nil), r.Data...)})
+}
+
+// toKids sends a frame of this agent's to every lower agent.
+func (a *agent) toKids(frame []byte) {
+	a.kidsMu.Lock()
+	defer a.kidsMu.Unlock()
+	for _, k := range a.kids {
+		k.send(kidMsg{frame: frame})
+	}
+}
+
+// kidCount is how many lower agents this agent started.
+func (a *agent) kidCount() int {
+	a.kidsMu.Lock()
+	defer a.kidsMu.Unlock()
+	return len(a.kids)
 }
 
 // dropKids ends the connections to every lower agent: each sees EOF and
@@ -130,6 +398,48 @@ func (a *agent) dropKids() {
 			}
 		default:
 		}
+	}
+	if a.kidBeat != nil {
+		a.kidBeat.Stop()
+	}
+}
+
+// treeFence gathers the fences of an agent's subtree: its own host's and
+// each lower agent's (which stand for their own subtrees), and sends one
+// Fence up for all of them once every one arrived. The answer comes down
+// the same way (agent.fenceAnswer).
+type treeFence struct {
+	mu     sync.Mutex
+	rounds map[[2]int]*control.Fence // by generation and fence number
+	count  map[[2]int]int            // arrivals so far
+}
+
+// arrive adds one arrival (this host's, or a lower agent's subtree) to
+// its round, and sends the round up once all are in.
+func (t *treeFence) arrive(a *agent, f control.Fence) {
+	key := [2]int{f.Generation, f.Seq}
+	t.mu.Lock()
+	if t.rounds == nil {
+		t.rounds, t.count = map[[2]int]*control.Fence{}, map[[2]int]int{}
+	}
+	r := t.rounds[key]
+	if r == nil {
+		r = &control.Fence{Generation: f.Generation, Seq: f.Seq, Puts: map[string]string{}}
+		t.rounds[key] = r
+	}
+	for k, v := range f.Puts {
+		r.Puts[k] = v
+	}
+	r.Nodes = append(r.Nodes, f.Nodes...)
+	t.count[key]++
+	full := t.count[key] == 1+a.kidCount()
+	if full {
+		delete(t.rounds, key)
+		delete(t.count, key)
+	}
+	t.mu.Unlock()
+	if full {
+		a.w.Send(control.TypeFence, r)
 	}
 }
 

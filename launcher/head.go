@@ -57,7 +57,7 @@ type Options struct {
 	SummaryJSON   string        // --summary-json file
 	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
 	Plugin        env.Plugin    // --plugin, --plugin-dir, --plugin-opt, --transport-fallback: for Go ranks' collectives
-	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat
+	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat; FanoutAuto: by the host count
 	BindTo        string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
 	CPUsPerRank   int           // --cpus-per-rank
 	GPUBind       string        // --gpu-bind: all ("" too: every GPU visible to every rank) or single
@@ -150,6 +150,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}
 	o.SSH = absPaths(o.SSH)
+	o.Fanout = treeFanout(o, plan)
 	if o.Starter == nil {
 		st, err := defaultStarter(o, plan)
 		if err != nil {
@@ -293,6 +294,10 @@ type head struct {
 
 	store   *rendezvous.Store // the job-wide key-value store (PMI fences)
 	mapping string            // PMI_process_mapping
+
+	fenceMu    sync.Mutex
+	fenceKey   [2]int // the generation and number of the fence whose answer fenceBytes is
+	fenceBytes []byte
 
 	topoFirst     string // the first host's topology summary (when bound)
 	topoFirstNode int

@@ -100,8 +100,9 @@ func (h *head) startRelayed(ctx context.Context, node int, host hostfile.Host, p
 	h.relayed[node] = r
 	h.relayMu.Unlock()
 	exe, _ := os.Executable()
+	timeout := h.beatTimeout()
 	if err := pa.w.Send(control.TypeSpawn, control.Spawn{Node: node, Host: host.Name, User: host.User,
-		Port: host.Port, Exe: exe, SSH: h.o.SSH}); err != nil {
+		Port: host.Port, Exe: exe, SSH: h.o.SSH, Beat: timeout / 5, BeatTimeout: timeout}); err != nil {
 		return nil, fmt.Errorf("start the agent on %s through %s: %w", host.Name, h.plan.Nodes[parent].Host.Name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { r.Kill() })
@@ -147,7 +148,9 @@ func (h *head) connect(node int, host hostfile.Host, p AgentProcess) (*agentConn
 	a.upAt = time.Now()
 	h.readers.Add(1)
 	go h.read(a)
-	if a.remote {
+	if _, relayed := p.(*relayedAgent); a.remote && !relayed {
+		// An agent of a launch tree exchanges heartbeats with the agent
+		// that started it, which drops it when it falls silent.
 		go h.beat(a)
 	}
 	return a, nil
@@ -239,8 +242,10 @@ func (a *agentConn) readErr(err error) error {
 // lose reports the end of an agent's channel, and of the agents below it
 // in the launch tree.
 func (h *head) lose(a *agentConn, err error) {
-	h.loseSubtree(a.node, err)
+	// Its own loss first: the job's summary names it, and the hosts it
+	// was the launch tree's way to, rather than one of those.
 	h.events <- agentLost{fromAgent{a.node}, err}
+	h.loseSubtree(a.node, err)
 }
 
 // inBand handles the frames that are not events: a rank's output, stdin

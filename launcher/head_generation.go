@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -237,7 +238,7 @@ func (g *genState) onAgentLost(e agentLost) {
 	}
 	a.gone = true
 	g.pending--
-	g.end(result{reason: reasonAgentLost, lost: fmt.Sprintf("lost the agent on %s: %v", h.plan.Nodes[e.node].Host.Name, e.err)})
+	g.end(result{reason: reasonAgentLost, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))})
 	h.markLost(e.node, g.gen)
 	g.stopOnce()
 }
@@ -425,6 +426,24 @@ func (h *head) compareTopo(node int, topo string) {
 		h.notef("gorun: warning: %s differs from %s: %s, against %s\n", h.plan.Nodes[node].Host.Name,
 			h.plan.Nodes[h.topoFirstNode].Host.Name, topo, h.topoFirst)
 	}
+}
+
+// subtreeNote names the hosts that a lost agent was the launch tree's way
+// to, which are lost with it.
+func (h *head) subtreeNote(node int) string {
+	sub := subtree(node, len(h.plan.Nodes), h.o.Fanout)
+	if len(sub) == 0 {
+		return ""
+	}
+	names := make([]string, 0, 8)
+	for _, n := range sub[:min(len(sub), 8)] {
+		names = append(names, h.plan.Nodes[n].Host.Name)
+	}
+	more := ""
+	if len(sub) > len(names) {
+		more = fmt.Sprintf(" and %d more", len(sub)-len(names))
+	}
+	return fmt.Sprintf("; the %s below it in the launch tree went with it: %s%s", plural(len(sub), "host"), strings.Join(names, ", "), more)
 }
 
 // markLost records the ranks of a lost agent as ended.

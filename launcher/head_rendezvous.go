@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,20 +86,49 @@ func storeFenceTimeout(d time.Duration) time.Duration {
 
 // answerFence enters a host's fence into the store, and answers the host
 // when every host has reached it, or the fence failed.
+//
+// In a launch tree the agent fences for its subtree (f.Nodes), and passes
+// the answer down. The answer is the same for every host: it is encoded
+// once per fence, and the same bytes go to every agent that asks.
 func (h *head) answerFence(ctx context.Context, node int, f control.Fence) {
-	kvs, err := h.store.Fence(ctx, f.Generation, node, f.Puts)
-	rep := control.FenceReply{Generation: f.Generation, Seq: f.Seq, KVs: kvs}
-	if err != nil {
-		rep.Err = err.Error()
-		h.fenceTimedOut(f.Generation, err)
+	members := f.Nodes
+	if len(members) == 0 {
+		members = []int{node}
 	}
+	kvs, err := h.store.FenceMany(ctx, f.Generation, members, f.Puts)
 	w := h.agents[node].w
-	if err := w.Send(control.TypeFenceRe, rep); errors.Is(err, control.ErrProtocol) {
+	if err != nil {
+		h.fenceTimedOut(f.Generation, err)
+		w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq, Err: err.Error()})
+		return
+	}
+	payload, err := h.fenceAnswer(f.Generation, f.Seq, kvs)
+	if err == nil {
+		err = w.SendPayload(control.TypeFenceRe, payload)
+	}
+	if errors.Is(err, control.ErrProtocol) {
 		// More than one frame carries: fail the fence rather than leave
 		// the host waiting for it.
 		w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq,
 			Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)})
 	}
+}
+
+// fenceAnswer is the encoded answer of a generation's fence number seq,
+// made by the first host's answer and kept for the others (until the
+// next fence's).
+func (h *head) fenceAnswer(gen, seq int, kvs map[string]string) ([]byte, error) {
+	h.fenceMu.Lock()
+	defer h.fenceMu.Unlock()
+	key := [2]int{gen, seq}
+	if h.fenceKey != key || h.fenceBytes == nil {
+		b, err := json.Marshal(control.FenceReply{Generation: gen, Seq: seq, KVs: kvs})
+		if err != nil {
+			return nil, err
+		}
+		h.fenceKey, h.fenceBytes = key, b
+	}
+	return h.fenceBytes, nil
 }
 
 // fenceTimedOut turns the store's fence timeout, which names hosts, into

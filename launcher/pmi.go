@@ -23,8 +23,9 @@ const pmiFD = 3
 // hostFencer is the agent's side of the job-wide fence: one message per
 // host crosses the control channel, and the head's store answers it.
 type hostFencer struct {
-	a   *agent
-	gen int
+	a    *agent
+	gen  int
+	node int // this host's node number
 }
 
 var _ rendezvous.Fencer = (*hostFencer)(nil)
@@ -34,19 +35,27 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (map[str
 	a := f.a
 	ch := make(chan control.FenceReply, 1)
 	a.fenceMu.Lock()
-	a.fenceSeq++
-	seq := a.fenceSeq
-	if a.fenceWait == nil {
-		a.fenceWait = map[int]chan control.FenceReply{}
+	if a.fenceGen != f.gen {
+		a.fenceGen, a.fenceSeq = f.gen, 0
 	}
-	a.fenceWait[seq] = ch
+	a.fenceSeq++
+	key := [2]int{f.gen, a.fenceSeq}
+	if a.fenceWait == nil {
+		a.fenceWait = map[[2]int]chan control.FenceReply{}
+	}
+	a.fenceWait[key] = ch
 	a.fenceMu.Unlock()
 	defer func() {
 		a.fenceMu.Lock()
-		delete(a.fenceWait, seq)
+		delete(a.fenceWait, key)
 		a.fenceMu.Unlock()
 	}()
-	if err := a.w.Send(control.TypeFence, control.Fence{Generation: f.gen, Seq: seq, Puts: puts}); err != nil {
+	fe := control.Fence{Generation: f.gen, Seq: key[1], Puts: puts}
+	if a.kidCount() > 0 {
+		// The lower agents' fences join this one, and go up as one.
+		fe.Nodes = []int{f.node}
+		a.tree.arrive(a, fe)
+	} else if err := a.w.Send(control.TypeFence, fe); err != nil {
 		return nil, fmt.Errorf("fence: %w", err)
 	}
 	select {
@@ -63,7 +72,7 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (map[str
 // fenceDone hands the head's answer to the waiting fence.
 func (a *agent) fenceDone(r control.FenceReply) {
 	a.fenceMu.Lock()
-	ch := a.fenceWait[r.Seq]
+	ch := a.fenceWait[[2]int{r.Generation, r.Seq}]
 	a.fenceMu.Unlock()
 	if ch != nil {
 		ch <- r
@@ -91,7 +100,7 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 	gen := l.Generation
 	srv, err := rendezvous.NewPMIServer(rendezvous.PMIConfig{
 		Size: l.WorldSize, Ranks: ranks, KVSName: l.PMI.KVSName, ProcessMapping: l.PMI.Mapping,
-		Fencer: &hostFencer{a: a, gen: gen},
+		Fencer: &hostFencer{a: a, gen: gen, node: l.NodeRank},
 		OnAbort: func(rank, code int, msg string) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Code: code, Msg: msg})
 		},
@@ -125,7 +134,7 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 	}
 	gen := l.Generation
 	kv, err := rendezvous.NewKVServer(rendezvous.KVConfig{
-		Secret: []byte(l.Secret), Ranks: ranks, Fencer: &hostFencer{a: a, gen: gen},
+		Secret: []byte(l.Secret), Ranks: ranks, Fencer: &hostFencer{a: a, gen: gen, node: l.NodeRank},
 		OnEarlyExit: func(rank int) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true,
 				Msg: "closed its rendezvous connection (GORUN_AGENT_SOCKET) without Close"})
@@ -178,6 +187,11 @@ func (p *pmiState) serve(f *os.File, rank int) {
 	if err != nil {
 		return
 	}
+	p.serveConn(c, rank)
+}
+
+// serveConn serves one rank's PMI-1 connection.
+func (p *pmiState) serveConn(c net.Conn, rank int) {
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -249,9 +249,27 @@ func (s *Store) Fences(gen int) int {
 // context's error when ctx ends (which also fails the fence for everyone,
 // naming this member).
 func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]string) (map[string]string, error) {
-	if member < 0 || member >= s.members {
-		return nil, fmt.Errorf("rendezvous: member %d out of range [0,%d)", member, s.members)
+	kvs, err := s.FenceMany(ctx, gen, []int{member}, puts)
+	if err != nil {
+		return nil, err
 	}
+	return copyMap(kvs), nil
+}
+
+// FenceMany is the arrival of several members at once, with the puts of
+// all of them: a launch tree's agent fences for its whole subtree. It
+// returns what Fence returns, but not copied: every caller of a round gets
+// the same map, which none may change (the head encodes it once for all).
+func (s *Store) FenceMany(ctx context.Context, gen int, members []int, puts map[string]string) (map[string]string, error) {
+	if len(members) == 0 {
+		return nil, errors.New("rendezvous: a fence arrival for no member")
+	}
+	for _, member := range members {
+		if member < 0 || member >= s.members {
+			return nil, fmt.Errorf("rendezvous: member %d out of range [0,%d)", member, s.members)
+		}
+	}
+	member := members[0]
 	for k, v := range puts {
 		if err := s.check(k, v); err != nil {
 			return nil, err
@@ -264,9 +282,13 @@ func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]stri
 		s.mu.Unlock()
 		return nil, err
 	}
-	if g.round != nil && g.round.arrived[member] {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("rendezvous: member %d arrived twice at fence %d of generation %d", member, g.fences+1, gen)
+	if g.round != nil {
+		for _, m := range members {
+			if g.round.arrived[m] {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("rendezvous: member %d arrived twice at fence %d of generation %d", m, g.fences+1, gen)
+			}
+		}
 	}
 	if err := s.admitLocked(g, puts); err != nil {
 		// The fence cannot complete with these puts, nor without them:
@@ -297,7 +319,9 @@ func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]stri
 			s.finishLocked(g, r, &FenceTimeoutError{Gen: gen, Missing: missing, Timeout: timeout})
 		})
 	}
-	r.arrived[member] = true
+	for _, m := range members {
+		r.arrived[m] = true
+	}
 	for k, v := range puts {
 		r.puts[k] = v
 	}
@@ -332,7 +356,7 @@ func (s *Store) Fence(ctx context.Context, gen, member int, puts map[string]stri
 	if r.err != nil {
 		return nil, r.err
 	}
-	return copyMap(r.result), nil
+	return r.result, nil
 }
 
 // finishLocked ends round r with err (nil on success). s.mu must be held.

@@ -199,8 +199,12 @@ func runCheck(c *cli.Context, stdout io.Writer) error {
 	if err != nil {
 		return errExit{code: launcher.ExitUsage, err: err}
 	}
+	fanout, err := launcher.ParseFanout(s.str("launch-fanout"))
+	if err != nil {
+		return errExit{code: launcher.ExitUsage, err: err}
+	}
 	res, err := launcher.Check(context.Background(), launcher.CheckOptions{
-		Hosts: hosts, Program: c.Args().First(), Fanout: s.num("launch-fanout"), SSH: s.ssh(), Out: stdout, Version: version,
+		Hosts: hosts, Program: c.Args().First(), Fanout: fanout, SSH: s.ssh(), Out: stdout, Version: version,
 		BeatTimeout: s.dur("heartbeat-timeout"),
 	})
 	launcher.FormatCheck(stdout, res)
@@ -288,7 +292,11 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
-	for _, n := range []string{"np", "npernode", "max-restarts", "launch-fanout", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
+	fanout, err := launcher.ParseFanout(get("launch-fanout"))
+	if err != nil {
+		return launcher.Options{}, usage(err)
+	}
+	for _, n := range []string{"np", "npernode", "max-restarts", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
 		if num(n) < 0 {
 			return launcher.Options{}, usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
@@ -325,7 +333,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
-		Iface: get("iface"), Plugin: plugin, Fanout: num("launch-fanout"), BeatTimeout: dur("heartbeat-timeout"),
+		Iface: get("iface"), Plugin: plugin, Fanout: fanout, BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
 		KVRankBudget: budgets[0], KVJobBudget: budgets[1],

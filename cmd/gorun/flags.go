@@ -56,7 +56,7 @@ var settings = []setting{
 	{name: "connect-timeout", kind: config.Duration, def: "0s", arg: "DURATION", usage: "give up on a host that does not answer within `DURATION` (default: the ssh config's ConnectTimeout, else 10s)"},
 	{name: "no-stage", kind: config.Bool, def: "false", usage: "do not copy gorun to hosts where it is not at the same path"},
 	{name: "iface", kind: config.String, arg: "NAME", usage: "MASTER_ADDR is rank 0's address on interface `NAME`, Go collectives' TCP uses it, and in Slurm the head listens there for its agents (default: by route to the other hosts)"},
-	{name: "launch-fanout", kind: config.Int, def: "0", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun)"},
+	{name: "launch-fanout", kind: config.String, def: "auto", arg: "K", usage: "start agents as a tree: gorun connects to `K` hosts, each agent to K more (0 = every host from gorun; auto = a tree of 32 above 64 hosts)"},
 	{name: "rendezvous-timeout", kind: config.Duration, def: "5m", arg: "DURATION", usage: "fail a PMI barrier that not every host reaches within `DURATION`, naming the ranks that never arrived"},
 	{name: "kv-rank-budget", kind: config.String, def: rendezvous.DefaultRankBudget.String(), arg: "KEYS,BYTES", usage: "a rank may put at most `KEYS,BYTES` keys and bytes (K, M, G: KiB, MiB, GiB) into the rendezvous store (PMI, Go ranks' KV) per job start; a put over it fails, naming the budget"},
 	{name: "kv-job-budget", kind: config.String, def: rendezvous.DefaultJobBudget.String(), arg: "KEYS,BYTES", usage: "the rendezvous store holds at most `KEYS,BYTES` keys and bytes for the whole job per job start"},

@@ -267,6 +267,11 @@ type Spawn struct {
 	Port int    `json:"port,omitempty"`
 	Exe  string `json:"exe"` // the path of gorun the head runs
 	SSH  SSH    `json:"ssh"`
+	// Beat and BeatTimeout are the heartbeats on the link to the lower
+	// agent, which the agent that starts it exchanges with it (the head
+	// exchanges them with the agents it started itself only).
+	Beat        time.Duration `json:"beat,omitempty"`
+	BeatTimeout time.Duration `json:"beat_timeout,omitempty"`
 }
 
 // SSH carries the head's SSH settings to agents that start other agents.
@@ -323,15 +328,20 @@ type CheckResult struct {
 	Err     string        `json:"err,omitempty"`
 }
 
-// Fence carries a host's puts into the job-wide fence of a generation.
+// Fence carries a host's puts into the job-wide fence of a generation. In
+// a launch tree an agent with lower agents sends one Fence for its whole
+// subtree, once every host in it has reached the fence: Nodes then lists
+// them, and Puts holds all their puts.
 type Fence struct {
 	Generation int               `json:"generation"`
-	Seq        int               `json:"seq"` // the host's fence count, to match the reply
+	Seq        int               `json:"seq"` // the fence's number in its generation (1, 2, ...), to match the reply
 	Puts       map[string]string `json:"puts,omitempty"`
+	Nodes      []int             `json:"nodes,omitempty"` // the hosts it stands for; nil: the sender's alone
 }
 
 // FenceReply ends a fence: everything the fence published, or why it
-// failed.
+// failed. It is the same for every host, so that the head encodes it once
+// and an agent passes it on to its lower agents as it came.
 type FenceReply struct {
 	Generation int               `json:"generation"`
 	Seq        int               `json:"seq"`
@@ -460,6 +470,18 @@ func (w *Writer) send(t Type, parts ...[]byte) error {
 		w.err = err
 	}
 	return err
+}
+
+// SendPayload sends a frame of type t with an encoded payload, such as one
+// encoded once for many receivers.
+func (w *Writer) SendPayload(t Type, payload []byte) error { return w.send(t, payload) }
+
+// AppendFrame appends the bytes of a frame of type t to dst, as a Writer
+// would send them: what an agent relays of a lower agent's frames.
+func AppendFrame(dst []byte, t Type, payload []byte) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(1+len(payload)))
+	dst = append(dst, byte(t))
+	return append(dst, payload...)
 }
 
 // Send sends a JSON message of type t (v may be nil for no payload).
