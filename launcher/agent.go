@@ -331,12 +331,15 @@ func (a *agent) readFrames(r *control.Reader) error {
 			}
 			a.kill(k.Grace)
 		case control.TypeFenceRe:
-			var r control.FenceReply
-			if err := f.Decode(&r); err != nil {
+			r, err := f.FenceReply()
+			if err != nil {
 				return err
 			}
 			if a.kidCount() > 0 {
 				a.toKids(control.AppendFrame(nil, f.Type, f.Payload))
+			}
+			if len(f.Payload) <= control.KeepAbove {
+				r.KVs = append([]byte(nil), r.KVs...) // the reader reuses the payload
 			}
 			a.fenceDone(r)
 		case control.TypeCheck:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // The head's generation handlers, fed synthetic events with no process
@@ -88,8 +90,11 @@ func describeFrame(t *testing.T, f control.Frame) string {
 		s = "signal " + sigName(syscall.Signal(sg.Signal))
 	case control.TypeFenceRe:
 		var r control.FenceReply
-		err = f.Decode(&r)
-		s = fmt.Sprintf("fence-reply %d %v", r.Seq, r.KVs)
+		var kvs *rendezvous.Published
+		if r, err = f.FenceReply(); err == nil && r.Err == "" {
+			kvs, err = rendezvous.DecodePublished(r.KVs)
+		}
+		s = fmt.Sprintf("fence-reply %d %v", r.Seq, maps.Collect(kvs.All()))
 		if r.Err != "" {
 			s = fmt.Sprintf("fence-reply %d failed", r.Seq)
 		}

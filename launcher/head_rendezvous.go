@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -99,7 +98,7 @@ func (h *head) answerFence(ctx context.Context, node int, f control.Fence) {
 	w := h.agents[node].w
 	if err != nil {
 		h.fenceTimedOut(f.Generation, err)
-		w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq, Err: err.Error()})
+		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Seq: f.Seq, Err: err.Error()}))
 		return
 	}
 	payload, err := h.fenceAnswer(f.Generation, f.Seq, kvs)
@@ -109,8 +108,8 @@ func (h *head) answerFence(ctx context.Context, node int, f control.Fence) {
 	if errors.Is(err, control.ErrProtocol) {
 		// More than one frame carries: fail the fence rather than leave
 		// the host waiting for it.
-		w.Send(control.TypeFenceRe, control.FenceReply{Generation: f.Generation, Seq: f.Seq,
-			Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)})
+		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Seq: f.Seq,
+			Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)}))
 	}
 }
 
@@ -122,11 +121,8 @@ func (h *head) fenceAnswer(gen, seq int, kvs map[string]string) ([]byte, error) 
 	defer h.fenceMu.Unlock()
 	key := [2]int{gen, seq}
 	if h.fenceKey != key || h.fenceBytes == nil {
-		b, err := json.Marshal(control.FenceReply{Generation: gen, Seq: seq, KVs: kvs})
-		if err != nil {
-			return nil, err
-		}
-		h.fenceKey, h.fenceBytes = key, b
+		h.fenceKey = key
+		h.fenceBytes = control.EncodeFenceReply(control.FenceReply{Generation: gen, Seq: seq, KVs: rendezvous.EncodePublished(kvs)})
 	}
 	return h.fenceBytes, nil
 }

@@ -31,7 +31,7 @@ type hostFencer struct {
 var _ rendezvous.Fencer = (*hostFencer)(nil)
 
 // Fence sends this host's puts to the head and waits for the fence.
-func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (map[string]string, error) {
+func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendezvous.Published, error) {
 	a := f.a
 	ch := make(chan control.FenceReply, 1)
 	a.fenceMu.Lock()
@@ -63,7 +63,11 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (map[str
 		if r.Err != "" {
 			return nil, errors.New(r.Err)
 		}
-		return r.KVs, nil
+		kvs, err := rendezvous.DecodePublished(r.KVs)
+		if err != nil {
+			return nil, fmt.Errorf("fence: the head's answer: %w", err)
+		}
+		return kvs, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}

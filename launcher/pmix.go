@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -235,21 +234,17 @@ func (s *pmixState) event(e *pmixbridge.Event) {
 func (s *pmixState) fenceAcross(e *pmixbridge.Event, seq int) {
 	prefix := "pmix." + strconv.Itoa(seq) + "."
 	key := fmt.Sprintf("%s%09d", prefix, s.node)
-	f := &hostFencer{a: s.a, gen: s.gen}
+	f := &hostFencer{a: s.a, gen: s.gen, node: s.node}
 	kvs, err := f.Fence(context.Background(), map[string]string{key: base64.StdEncoding.EncodeToString(e.Data)})
 	done := &pmixbridge.FenceDone{ID: e.ID}
 	if err != nil {
 		done.Err = err.Error()
 	} else {
-		var keys []string
-		for k := range kvs {
-			if strings.HasPrefix(k, prefix) {
-				keys = append(keys, k)
+		for k, v := range kvs.All() { // in key order: by node
+			if !strings.HasPrefix(k, prefix) {
+				continue
 			}
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			b, err := base64.StdEncoding.DecodeString(kvs[k])
+			b, err := base64.StdEncoding.DecodeString(v)
 			if err != nil {
 				done.Err = fmt.Sprintf("fence data of %s: %v", k, err)
 				break

@@ -14,8 +14,9 @@ import (
 )
 
 // wireFencer is an agent's Fencer whose fence crosses a socket to a "head"
-// goroutine as JSON, the way gorun's control frames carry it (one message
-// per host per fence), so that the benchmark pays for encoding and a hop.
+// goroutine, the puts as JSON and the answer as the encoded Published
+// block, the way gorun's control frames carry them (one message per host
+// per fence), so that the benchmark pays for encoding and a hop.
 type wireFencer struct {
 	mu  sync.Mutex
 	enc *json.Encoder
@@ -23,11 +24,11 @@ type wireFencer struct {
 }
 
 type wireReply struct {
-	KVs map[string]string
+	KVs []byte // EncodePublished
 	Err string
 }
 
-func (w *wireFencer) Fence(_ context.Context, puts map[string]string) (map[string]string, error) {
+func (w *wireFencer) Fence(_ context.Context, puts map[string]string) (*Published, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.enc.Encode(puts); err != nil {
@@ -40,7 +41,7 @@ func (w *wireFencer) Fence(_ context.Context, puts map[string]string) (map[strin
 	if r.Err != "" {
 		return nil, fmt.Errorf("%s", r.Err)
 	}
-	return r.KVs, nil
+	return DecodePublished(r.KVs)
 }
 
 // serveWire is the head's end of one host's wire: each message is a fence.
@@ -51,8 +52,8 @@ func serveWire(st *Store, member int, c net.Conn) {
 		if err := dec.Decode(&puts); err != nil {
 			return
 		}
-		kvs, err := st.Fence(context.Background(), gen, member, puts)
-		r := wireReply{KVs: kvs}
+		kvs, err := st.FenceMany(context.Background(), gen, []int{member}, puts)
+		r := wireReply{KVs: EncodePublished(kvs)}
 		if err != nil {
 			r.Err = err.Error()
 		}

@@ -41,15 +41,26 @@ type localKV struct {
 	job    Budget // what the whole job may hold
 	logf   func(format string, args ...any)
 
-	mu         sync.Mutex
-	cache      map[string]string
-	cacheBytes int64 // keys and values in cache
-	pending    map[string]string
-	mine       map[int]map[string]int // by local rank: the keys it put, and their sizes
-	mineBytes  map[int]int64
-	refused    map[int]bool // ranks whose refusal was logged
-	round      *localRound
-	broken     error // set once a local rank is gone: every later barrier fails
+	mu sync.Mutex
+	// What the host knows of the job's key-values: cache holds what was
+	// preloaded and the local puts not yet published; pub what each fence
+	// published, newest last, which a get looks in after cache. What they
+	// hold together, each key counted once at its newest size, is
+	// len(cache)+pubKeys-shadowKeys keys of cacheBytes+pubBytes-shadowBytes
+	// bytes: shadow counts the keys of cache that pub has too.
+	cache       map[string]string
+	cacheBytes  int64 // keys and values in cache
+	pub         []*Published
+	pubKeys     int // distinct keys in pub
+	pubBytes    int64
+	shadowKeys  int
+	shadowBytes int64
+	pending     map[string]string
+	mine        map[int]map[string]int // by local rank: the keys it put, and their sizes
+	mineBytes   map[int]int64
+	refused     map[int]bool // ranks whose refusal was logged
+	round       *localRound
+	broken      error // set once a local rank is gone: every later barrier fails
 }
 
 type localRound struct {
@@ -91,9 +102,72 @@ func (l *localKV) setBudgets(rank, job Budget) {
 func (l *localKV) store(key, value string) {
 	if old, ok := l.cache[key]; ok {
 		l.cacheBytes -= int64(len(key) + len(old))
+	} else if old, ok := l.published(key); ok {
+		l.shadowKeys++
+		l.shadowBytes += int64(len(key) + len(old))
 	}
 	l.cache[key] = value
 	l.cacheBytes += int64(len(key) + len(value))
+}
+
+// published looks key up in what the fences published, newest first.
+func (l *localKV) published(key string) ([]byte, bool) {
+	for i := len(l.pub) - 1; i >= 0; i-- {
+		if v, ok := l.pub[i].get(key); ok {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+// publish takes in what a fence published; fenced are this host's puts
+// that it carried, which the cache no longer needs to hold. l.mu must be
+// held.
+func (l *localKV) publish(p *Published, fenced map[string]string) {
+	if len(l.pub) > 0 {
+		// A key an older fence published too is counted once, here.
+		for i := range p.Len() {
+			k, _ := p.entry(i)
+			if old, ok := l.published(string(k)); ok {
+				l.pubKeys--
+				l.pubBytes -= int64(len(k) + len(old))
+			}
+		}
+	}
+	l.pub = append(l.pub, p)
+	l.pubKeys += p.Len()
+	l.pubBytes += p.size
+	for k, v := range fenced {
+		if cur, ok := l.cache[k]; ok && cur == v {
+			if _, ok := p.get(k); ok {
+				delete(l.cache, k)
+				l.cacheBytes -= int64(len(k) + len(v))
+			}
+		}
+	}
+	// The cache's other keys that a fence published (preloaded ones, or
+	// puts made again since) shadow them.
+	l.shadowKeys, l.shadowBytes = 0, 0
+	for k := range l.cache {
+		if old, ok := l.published(k); ok {
+			l.shadowKeys++
+			l.shadowBytes += int64(len(k) + len(old))
+		}
+	}
+}
+
+// held is what the host holds of the job's key-values. l.mu must be held.
+func (l *localKV) held() (keys int, bytes int64) {
+	return len(l.cache) + l.pubKeys - l.shadowKeys, l.cacheBytes + l.pubBytes - l.shadowBytes
+}
+
+// lookup is key's newest value. l.mu must be held.
+func (l *localKV) lookup(key string) (string, bool) {
+	if v, ok := l.cache[key]; ok {
+		return v, true
+	}
+	v, ok := l.published(key)
+	return string(v), ok
 }
 
 // put stages rank's key=value for the next fence, or refuses it with a
@@ -114,8 +188,9 @@ func (l *localKV) put(rank int, key, value string) error {
 	if grows && (keys > l.rank.Keys || bytes > l.rank.Bytes) {
 		return l.refuse(&BudgetError{Rank: rank, Key: key, Budget: l.rank, Keys: keys, Bytes: bytes})
 	}
-	cached, inCache := l.cache[key]
-	jobKeys, jobBytes := len(l.cache), l.cacheBytes+int64(size)
+	cached, inCache := l.lookup(key)
+	jobKeys, jobBytes := l.held()
+	jobBytes += int64(size)
 	if inCache {
 		jobBytes -= int64(len(key) + len(cached))
 	} else {
@@ -148,8 +223,7 @@ func (l *localKV) refuse(err *BudgetError) error {
 func (l *localKV) get(key string) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v, ok := l.cache[key]
-	return v, ok
+	return l.lookup(key)
 }
 
 // barrier is rank's arrival at the next barrier. The last local rank to
@@ -194,9 +268,7 @@ func (l *localKV) barrier(ctx context.Context, rank int) error {
 	res, err := l.fencer.Fence(ctx, puts)
 	l.mu.Lock()
 	if err == nil {
-		for k, v := range res {
-			l.store(k, v)
-		}
+		l.publish(res, puts)
 	} else if l.broken == nil {
 		l.broken = err
 	}

@@ -426,8 +426,12 @@ type storeMember struct {
 	gen, member int
 }
 
-func (m storeMember) Fence(ctx context.Context, puts map[string]string) (map[string]string, error) {
-	return m.s.Fence(ctx, m.gen, m.member, puts)
+func (m storeMember) Fence(ctx context.Context, puts map[string]string) (*Published, error) {
+	kvs, err := m.s.FenceMany(ctx, m.gen, []int{m.member}, puts)
+	if err != nil {
+		return nil, err
+	}
+	return NewPublished(kvs), nil
 }
 
 // Fencer is one host's view of the job-wide fence: Fence carries the host's
@@ -435,7 +439,7 @@ func (m storeMember) Fence(ctx context.Context, puts map[string]string) (map[str
 // key-values published by this fence. The agent implements it by sending one
 // message to the head, where a Store answers.
 type Fencer interface {
-	Fence(ctx context.Context, puts map[string]string) (map[string]string, error)
+	Fence(ctx context.Context, puts map[string]string) (*Published, error)
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -209,6 +209,7 @@ type Stats struct {
 	LastStart  time.Time // every rank had started
 	FenceIn    time.Time // the first rank entered the fence
 	FenceOut   time.Time // the last rank was through it (and its gets)
+	BarrierOut time.Time // the first rank was let out of the barrier
 	FailAt     time.Time // FailRank exited
 	LastStop   time.Time // the last rank stopped after FailAt
 	Stopped    int       // ranks that ended after FailAt

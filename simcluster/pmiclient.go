@@ -74,6 +74,12 @@ func (p *procs) fence(rk *rank, world int) error {
 	if _, err := pc.call("cmd=barrier_in", "barrier_out"); err != nil {
 		return err
 	}
+	out := time.Now()
+	p.c.note(func(s *Stats) {
+		if s.BarrierOut.IsZero() || out.Before(s.BarrierOut) {
+			s.BarrierOut = out
+		}
+	})
 	get := func(r int) error {
 		m, err := pc.call(fmt.Sprintf("cmd=get kvsname=%s key=%s", kvs, Key(r)), "get_result")
 		if err != nil {

@@ -31,10 +31,20 @@ const maxGarbage = 64 << 10
 // its newline); the reader reads no further.
 const MaxPreambleLine = 256
 
+// KeepAbove is the payload size above which the Reader leaves a frame's
+// payload to the caller rather than keep its buffer for the next frame.
+const KeepAbove = 256 << 10
+
 // growStep is the least a frame's buffer grows by when a frame is larger
-// than it: the buffer doubles as the payload arrives, so that a length
-// field alone allocates at most growStep.
+// than it: the buffer grows eightfold as the payload arrives (growth),
+// so that a length field alone allocates at most growStep, and a frame
+// at most eight times what arrived of it.
 const growStep = 64 << 10
+
+// growth is how many times a frame's buffer grows when it is full: each
+// growth copies what arrived, so the fewer the better, within what a
+// peer that promises more than it sends may make the reader allocate.
+const growth = 8
 
 // ErrProtocol is wrapped by every error about malformed input.
 var ErrProtocol = errors.New("control protocol")
@@ -66,7 +76,7 @@ const (
 	TypeCheck    Type = 20 // H->A: Check, a preflight question
 	TypeCheckRe  Type = 21 // A->H: CheckReply
 	TypeFence    Type = 22 // A->H: Fence, this host's ranks reached a PMI barrier
-	TypeFenceRe  Type = 23 // H->A: FenceReply, the job-wide fence completed (or failed)
+	TypeFenceRe  Type = 23 // H->A: binary FenceReply, the job-wide fence completed (or failed)
 	TypeAbort    Type = 24 // A->H: Abort, a rank called MPI_Abort or left before finalize
 	TypeSignaled Type = 25 // A->H: Signal, the agent got a signal from outside (a resource manager) and forwarded it
 	maxType      Type = 25
@@ -341,12 +351,42 @@ type Fence struct {
 
 // FenceReply ends a fence: everything the fence published, or why it
 // failed. It is the same for every host, so that the head encodes it once
-// and an agent passes it on to its lower agents as it came.
+// (EncodeFenceReply) and an agent passes it on to its lower agents as it
+// came. Its frame is binary: a 4-byte length, that many bytes of JSON
+// (generation, number, error), then KVs.
 type FenceReply struct {
-	Generation int               `json:"generation"`
-	Seq        int               `json:"seq"`
-	KVs        map[string]string `json:"kvs,omitempty"`
-	Err        string            `json:"err,omitempty"`
+	Generation int    `json:"generation"`
+	Seq        int    `json:"seq"`
+	Err        string `json:"err,omitempty"`
+	// KVs is the published key-values as rendezvous.EncodePublished
+	// encodes them (sorted, indexed where they land instead of decoded).
+	KVs []byte `json:"-"`
+}
+
+// EncodeFenceReply is the payload of r's frame.
+func EncodeFenceReply(r FenceReply) []byte {
+	head, _ := json.Marshal(r) // ints and a string: cannot fail
+	b := make([]byte, 0, 4+len(head)+len(r.KVs))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(head)))
+	b = append(b, head...)
+	return append(b, r.KVs...)
+}
+
+// FenceReply decodes a TypeFenceRe frame. KVs aliases the frame's payload.
+func (f Frame) FenceReply() (FenceReply, error) {
+	var r FenceReply
+	if len(f.Payload) < 4 {
+		return r, fmt.Errorf("%w: short fence-reply frame (%d bytes)", ErrProtocol, len(f.Payload))
+	}
+	n := binary.BigEndian.Uint32(f.Payload)
+	if uint64(n) > uint64(len(f.Payload)-4) {
+		return r, fmt.Errorf("%w: fence-reply header of %d bytes in a %d-byte frame", ErrProtocol, n, len(f.Payload))
+	}
+	if err := json.Unmarshal(f.Payload[4:4+n], &r); err != nil {
+		return r, fmt.Errorf("%w: bad fence-reply header: %w", ErrProtocol, err)
+	}
+	r.KVs = f.Payload[4+n:]
+	return r, nil
 }
 
 // Abort reports a rank that ends the job through PMI: MPI_Abort (Code,
@@ -615,7 +655,9 @@ func (r *Reader) Buffered() []byte {
 	return b
 }
 
-// Next reads the next frame. The payload is valid until the next call.
+// Next reads the next frame. The payload is valid until the next call,
+// but one of more than KeepAbove bytes is the caller's to keep: the
+// reader does not reuse it (a fence's answer is kept as it came).
 // io.EOF means the peer closed the stream between frames.
 func (r *Reader) Next() (Frame, error) {
 	var h [5]byte
@@ -644,7 +686,7 @@ func (r *Reader) Next() (Frame, error) {
 }
 
 // payload reads n bytes into the reader's buffer. A buffer too small for
-// them grows as they arrive (doubling, from growStep), so that a length
+// them grows as they arrive (eightfold, from growStep), so that a length
 // field that promises more than comes allocates about what came.
 func (r *Reader) payload(n int) ([]byte, error) {
 	if n <= cap(r.buf) {
@@ -653,9 +695,12 @@ func (r *Reader) payload(n int) ([]byte, error) {
 		return p, err
 	}
 	p := r.buf[:0]
+	if n > KeepAbove {
+		p = nil // the caller's to keep
+	}
 	for len(p) < n {
 		if len(p) == cap(p) {
-			p = slices.Grow(p, min(n-len(p), max(len(p), growStep)))
+			p = slices.Grow(p, min(n-len(p), max((growth-1)*len(p), growStep)))
 		}
 		k, err := io.ReadFull(r.r, p[len(p):min(n, cap(p))])
 		p = p[:len(p)+k]
@@ -663,7 +708,9 @@ func (r *Reader) payload(n int) ([]byte, error) {
 			return nil, err
 		}
 	}
-	r.buf = p
+	if n <= KeepAbove {
+		r.buf = p
+	}
 	return p, nil
 }
 

@@ -22,6 +22,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +40,7 @@ type config struct {
 	bandwidth      float64
 	beatTimeout    time.Duration
 	socket         string
+	profile        string
 }
 
 func main() {
@@ -50,7 +53,16 @@ func main() {
 	flag.Float64Var(&c.bandwidth, "bandwidth", 1.25e9, "bytes per second of every link, each way (0: unlimited)")
 	flag.DurationVar(&c.beatTimeout, "beat-timeout", time.Minute, "the head's heartbeat timeout: longer than gorun's 5 s, since one machine's cores run every host's agent")
 	flag.StringVar(&c.socket, "socket", "", "the cluster's socket (cluster and head roles)")
+	profile := flag.String("cpuprofile", "", "write the CPU profiles of the head and of the cluster to `PREFIX`-head and PREFIX-cluster")
 	flag.Parse()
+	c.profile = *profile
+	if *profile != "" && *role != "run" {
+		f, err := os.Create(*profile + "-" + *role)
+		if err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	var err error
 	switch *role {
 	case "run":
@@ -64,6 +76,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gorun-sim:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -79,6 +92,10 @@ type clusterReport struct {
 }
 
 func cluster(c config) error {
+	// One heap holds every host's agent here, and each collection scans
+	// them all: a real host's agent has a small heap of its own. A looser
+	// pace keeps the collector's share nearer what the hosts would pay.
+	debug.SetGCPercent(400)
 	cl := simcluster.New(simcluster.Config{Hosts: c.hosts, Latency: c.latency, Bandwidth: c.bandwidth,
 		Script: simcluster.Script{Fence: true, FailRank: c.failRank()}})
 	ln, err := net.Listen("unix", c.socket)
@@ -152,6 +169,7 @@ type result struct {
 	LatencyUS    float64  `json:"latency_us"`
 	Launch       *float64 `json:"launch_s"`
 	Fence        *float64 `json:"fence_s"`
+	FenceUp      *float64 `json:"fence_up_s"` // the last rank started -> the first rank let out of the barrier
 	FailStop     *float64 `json:"fail_stop_s"`
 	Teardown     *float64 `json:"teardown_s"`
 	HeadRSS      float64  `json:"head_rss_mb"`
@@ -175,7 +193,7 @@ func run(c config) error {
 	c.socket = filepath.Join(dir, "cluster.sock")
 	args := func(role string) []string {
 		return []string{"-role", role, "-hosts", fmt.Sprint(c.hosts), "-ranks-per-host", fmt.Sprint(c.perHost), "-fanout", c.fanout,
-			"-latency", c.latency.String(), "-bandwidth", fmt.Sprint(c.bandwidth), "-beat-timeout", c.beatTimeout.String(), "-socket", c.socket}
+			"-latency", c.latency.String(), "-bandwidth", fmt.Sprint(c.bandwidth), "-beat-timeout", c.beatTimeout.String(), "-socket", c.socket, "-cpuprofile", c.profile}
 	}
 	cl := exec.Command(self, args("cluster")...)
 	cl.Stderr = os.Stderr
@@ -223,6 +241,7 @@ func run(c config) error {
 		res.Launch = span(h.Start, s.LastStart)
 	}
 	res.Fence = span(s.FenceIn, s.FenceOut)
+	res.FenceUp = span(s.LastStart, s.BarrierOut)
 	if s.Stopped == res.Ranks-1 {
 		res.FailStop = span(s.FailAt, s.LastStop)
 		res.Teardown = span(s.LastStop, h.End)
