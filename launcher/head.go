@@ -361,6 +361,13 @@ func (h *head) prepare(ctx context.Context) (done bool, code int, err error) {
 	if err := ctx.Err(); err != nil {
 		return true, ExitLaunch, err
 	}
+	direct := len(h.plan.Nodes)
+	if h.o.Fanout > 0 {
+		direct = min(direct, h.o.Fanout)
+	}
+	if err := checkHeadFiles(len(h.plan.Nodes), direct, openFileLimit()); err != nil {
+		return true, ExitUsage, err
+	}
 	if err := h.startAgents(ctx); err != nil {
 		return true, ExitLaunch, err
 	}

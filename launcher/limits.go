@@ -35,6 +35,28 @@ const (
 	filesAgent = 64
 )
 
+// The head's descriptors: its own (standard streams, the poller, the
+// output files, the rendezvous, a margin) and, per agent it starts
+// itself, the connection (an SSH or connect-back socket, or a local
+// agent's three pipes: filesPerDirect counts the most).
+const (
+	filesHead      = 64
+	filesPerDirect = 3
+)
+
+// checkHeadFiles refuses, before any agent starts, a job whose agents the
+// head could not all hold connections to: direct is how many it starts
+// itself (every host without a launch tree, K with one), limit its
+// descriptor limit (0: unknown, not checked).
+func checkHeadFiles(hosts, direct, limit int) error {
+	need := filesHead + direct*filesPerDirect
+	if limit <= 0 || need <= limit {
+		return nil
+	}
+	return fmt.Errorf("%w: %d hosts, each with a connection from gorun (--launch-fanout 0), need about %d open files in gorun, more than its limit of %d (ulimit -n): use the launch tree (--launch-fanout auto, gorun's default, or K: gorun then holds K connections) or raise the limit (ulimit -n, the hard limit ulimit -Hn bounds it)",
+		ErrUsage, hosts, need, limit)
+}
+
 // agentFiles is how many descriptors an agent needs to run ranks ranks,
 // stdin of which read gorun's stdin.
 func agentFiles(ranks, stdin int) int {

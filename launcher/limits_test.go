@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,5 +122,39 @@ func TestBadInterpreter(t *testing.T) {
 				t.Fatalf("badInterpreter(%q) = %d, %q; want %d, %q", tt.head, code, msg, tt.code, tt.msg)
 			}
 		})
+	}
+}
+
+// Without a launch tree the head holds a connection per host: past its
+// descriptor limit it says so before starting any agent, and how to fix
+// it; with the tree it holds K.
+func TestCheckHeadFiles(t *testing.T) {
+	tests := []struct {
+		hosts, direct, limit int
+		ok                   bool
+	}{
+		{4, 4, 1024, true},
+		{4096, 4096, 1024, false},
+		{4096, 32, 1024, true}, // the tree
+		{320, 320, 1024, true}, // 64 + 3 x 320 = 1024
+		{321, 321, 1024, false},
+		{100000, 100000, 0, true}, // the limit unknown: not checked
+	}
+	for _, tt := range tests {
+		err := checkHeadFiles(tt.hosts, tt.direct, tt.limit)
+		if tt.ok != (err == nil) {
+			t.Errorf("%d hosts, %d direct, limit %d: %v", tt.hosts, tt.direct, tt.limit, err)
+			continue
+		}
+		if err != nil {
+			for _, w := range []string{fmt.Sprintf("%d hosts", tt.hosts), "limit of 1024", "--launch-fanout auto", "ulimit -n"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%v: does not say %q", err, w)
+				}
+			}
+			if !errors.Is(err, ErrUsage) {
+				t.Errorf("%v is not a usage error", err)
+			}
+		}
 	}
 }
