@@ -10,7 +10,7 @@ CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
 # plugin (and make test-short's, which builds them all).
 NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
-.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm clean
+.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm bench-scale clean
 
 # gorun is built with cgo, so that it has NVML (go-nvml dlopens
 # libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
@@ -102,6 +102,12 @@ bench-plugins: build
 
 # gorun -N 1 true across 2 nodes of a real Slurm cluster on this machine
 # (root; OLD=another gorun compares it side by side).
+# gorun's head at 16 to 4,096 simulated hosts x 8 ranks, flat and with the tree:
+# launch, fence, failure to stop, teardown, head RSS and CPU; a table and an
+# SVG in bench/results/scale-DATE (bench/scale_sweep.sh, bench/scale.sh).
+bench-scale:
+	./bench/scale_sweep.sh
+
 bench-slurm:
 	./bench/slurm.sh
 
