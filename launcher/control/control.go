@@ -460,8 +460,9 @@ func (f Frame) Stdin() (Stdin, error) {
 	return Stdin{Rank: int(binary.BigEndian.Uint32(f.Payload)), Data: f.Payload[4:]}, nil
 }
 
-// Writer sends frames; it is safe for concurrent use, and each frame goes
-// out in one Write call.
+// Writer sends frames; it is safe for concurrent use. A frame of up to
+// 64 KiB goes out in one Write call; a larger one in several, with no other
+// frame between them.
 type Writer struct {
 	mu  sync.Mutex
 	w   io.Writer
@@ -497,20 +498,36 @@ func (w *Writer) send(t Type, parts ...[]byte) error {
 	b := w.buf[:0]
 	b = binary.BigEndian.AppendUint32(b, uint32(n))
 	b = append(b, byte(t))
+	if n > bigFrame {
+		// A large frame (a fence's answer, the same for many agents)
+		// is written from where it lies, not copied into a buffer
+		// that each agent's writer would then keep.
+		_, err := w.w.Write(b)
+		for _, p := range parts {
+			if err != nil {
+				break
+			}
+			_, err = w.w.Write(p)
+		}
+		w.buf = b[:0]
+		w.err = err
+		return err
+	}
 	for _, p := range parts {
 		b = append(b, p...)
 	}
 	_, err := w.w.Write(b)
-	if cap(b) <= 1<<20 {
-		w.buf = b[:0]
-	} else {
-		w.buf = nil
-	}
+	w.buf = b[:0]
 	if err != nil {
 		w.err = err
 	}
 	return err
 }
+
+// bigFrame is the frame size above which a Writer writes the payload
+// from where it lies: a frame of at most bigFrame goes out in one Write
+// call, a larger one in several (a stream; relays count its bytes).
+const bigFrame = 64 << 10
 
 // SendPayload sends a frame of type t with an encoded payload, such as one
 // encoded once for many receivers.
