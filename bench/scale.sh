@@ -8,7 +8,9 @@
 #
 #   hosts, ranks, ranks_per_host, fanout, mode (flat or tree), latency_us,
 #   launch_s     head start -> every rank started
-#   fence_s      the first rank entering the fence -> the last through it and its get
+#   fence_s      the last rank entering the fence -> the last through it and its get
+#                (fence_span_s: from the first rank entering; fence_up_s: to the first
+#                rank let out, the way up the tree and the head's store)
 #   fail_stop_s  the failing rank's exit -> every other rank stopped
 #   teardown_s   every rank stopped -> the head's Run returned
 #   head_rss_mb  the head's peak RSS; head_cpu_s its CPU time (user+sys), whole run

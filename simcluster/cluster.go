@@ -208,6 +208,7 @@ type Stats struct {
 	FirstStart time.Time // the first rank started
 	LastStart  time.Time // every rank had started
 	FenceIn    time.Time // the first rank entered the fence
+	FenceAll   time.Time // the last rank entered the fence
 	FenceOut   time.Time // the last rank was through it (and its gets)
 	BarrierOut time.Time // the first rank was let out of the barrier
 	FailAt     time.Time // FailRank exited

@@ -70,6 +70,9 @@ func (p *procs) fence(rk *rank, world int) error {
 		if s.FenceIn.IsZero() || now.Before(s.FenceIn) {
 			s.FenceIn = now
 		}
+		if now.After(s.FenceAll) {
+			s.FenceAll = now
+		}
 	})
 	if _, err := pc.call("cmd=barrier_in", "barrier_out"); err != nil {
 		return err

@@ -168,8 +168,9 @@ type result struct {
 	Mode         string   `json:"mode"`
 	LatencyUS    float64  `json:"latency_us"`
 	Launch       *float64 `json:"launch_s"`
-	Fence        *float64 `json:"fence_s"`
-	FenceUp      *float64 `json:"fence_up_s"` // the last rank started -> the first rank let out of the barrier
+	Fence        *float64 `json:"fence_s"`      // the last rank entered the fence -> the last through it and its get
+	FenceSpan    *float64 `json:"fence_span_s"` // the first rank entered the fence -> the last through it
+	FenceUp      *float64 `json:"fence_up_s"`   // the last rank entered the fence -> the first let out of the barrier
 	FailStop     *float64 `json:"fail_stop_s"`
 	Teardown     *float64 `json:"teardown_s"`
 	HeadRSS      float64  `json:"head_rss_mb"`
@@ -240,8 +241,9 @@ func run(c config) error {
 	if s.Ranks == res.Ranks {
 		res.Launch = span(h.Start, s.LastStart)
 	}
-	res.Fence = span(s.FenceIn, s.FenceOut)
-	res.FenceUp = span(s.LastStart, s.BarrierOut)
+	res.Fence = span(s.FenceAll, s.FenceOut)
+	res.FenceSpan = span(s.FenceIn, s.FenceOut)
+	res.FenceUp = span(s.FenceAll, s.BarrierOut)
 	if s.Stopped == res.Ranks-1 {
 		res.FailStop = span(s.FailAt, s.LastStop)
 		res.Teardown = span(s.LastStop, h.End)
