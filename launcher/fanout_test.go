@@ -2,9 +2,10 @@ package launcher
 
 import (
 	"errors"
-	"github.com/gorun/gorun/hostfile"
 	"slices"
 	"testing"
+
+	"github.com/gorun/gorun/hostfile"
 )
 
 func TestParseFanout(t *testing.T) {
