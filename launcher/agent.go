@@ -92,15 +92,18 @@ type agent struct {
 	fenceGen  int
 	fenceWait map[[2]int]chan control.FenceReply // by generation and fence number
 
-	kidsMu   sync.Mutex
-	kids     map[int]*kid  // lower agents by node (--launch-fanout)
-	kidBeat  *time.Ticker  // heartbeats to them, when the head asked for some
-	tree     treeFence     // the fences of this agent's subtree, when it has lower agents
-	quit     chan struct{} // closed as the agent ends: its helpers stop
-	quitOnce sync.Once
-	dialOnce sync.Once
-	dialer   *sshclient.Dialer
-	dialErr  error
+	kidsMu  sync.Mutex
+	kids    map[int]*kid // lower agents by node (--launch-fanout)
+	kidBeat *time.Ticker // heartbeats to them, when the head asked for some
+	// kidsDropped: the agent is ending; a lower agent that finishes
+	// starting now is killed at once.
+	kidsDropped bool
+	tree        treeFence     // the fences of this agent's subtree, when it has lower agents
+	quit        chan struct{} // closed as the agent ends: its helpers stop
+	quitOnce    sync.Once
+	dialOnce    sync.Once
+	dialer      *sshclient.Dialer
+	dialErr     error
 }
 
 type rankProc struct {

@@ -189,6 +189,16 @@ func (a *agent) spawn(sp control.Spawn, k *kid) {
 		a.w.SendRelay(control.Relay{Node: sp.Node})
 		return
 	}
+	a.kidsMu.Lock()
+	dropped := a.kidsDropped
+	a.kidsMu.Unlock()
+	if dropped {
+		// This agent is ending, and dropped its lower agents while
+		// this one was starting: it goes too.
+		p.Kill()
+		p.Wait()
+		return
+	}
 	k.proc = p
 	k.heard.Store(time.Now().UnixNano())
 	go a.readKid(k, p)
@@ -253,7 +263,10 @@ func (a *agent) readKid(k *kid, p AgentProcess) {
 // agent's own frames between two of the head's frames.
 func (a *agent) feedKid(k *kid, p AgentProcess) {
 	pending := 0 // bytes of the head's current frame still to write
+	// This agent's frames wait for the head's first (its hello), which
+	// the lower agent must read first.
 	var held [][]byte
+	heardHead := false
 	broken := false
 	write := func(b []byte) {
 		if !broken {
@@ -274,7 +287,7 @@ func (a *agent) feedKid(k *kid, p AgentProcess) {
 			p.Close()
 			return
 		case m.frame != nil:
-			if pending > 0 {
+			if pending > 0 || !heardHead {
 				held = append(held, m.frame)
 				continue
 			}
@@ -292,6 +305,7 @@ func (a *agent) feedKid(k *kid, p AgentProcess) {
 				write(b[:n])
 				pending, b = pending-n, b[n:]
 				if pending == 0 {
+					heardHead = true
 					for _, f := range held {
 						write(f)
 					}
@@ -390,6 +404,7 @@ func (a *agent) kidCount() int {
 func (a *agent) dropKids() {
 	a.kidsMu.Lock()
 	defer a.kidsMu.Unlock()
+	a.kidsDropped = true // and those still starting, once started
 	for _, k := range a.kids {
 		select {
 		case <-k.ready:

@@ -98,6 +98,12 @@ func (h *head) startRelayed(ctx context.Context, node int, host hostfile.Host, p
 	r := newRelayedAgent(node, pa)
 	h.relayMu.Lock()
 	h.relayed[node] = r
+	// A parent whose channel ended may have ended the agents below it
+	// before this one was registered: it ends here then. (Its reader
+	// marks it ended before it ends them: lose.)
+	if pa.ended.Load() {
+		r.end(fmt.Errorf("its parent in the launch tree, %s, was lost", h.plan.Nodes[parent].Host.Name))
+	}
 	h.relayMu.Unlock()
 	exe, _ := os.Executable()
 	timeout := h.beatTimeout()
@@ -242,10 +248,19 @@ func (a *agentConn) readErr(err error) error {
 // lose reports the end of an agent's channel, and of the agents below it
 // in the launch tree.
 func (h *head) lose(a *agentConn, err error) {
+	// Ended before its subtree is: an agent below it registered later
+	// sees it (startRelayed).
+	a.ended.Store(true)
 	// Its own loss first: the job's summary names it, and the hosts it
 	// was the launch tree's way to, rather than one of those.
 	h.events <- agentLost{fromAgent{a.node}, err}
 	h.loseSubtree(a.node, err)
+}
+
+// lostBeforeLaunch is the error of an agent lost while the head waited
+// for another's answer, before any rank started: the job cannot run.
+func (h *head) lostBeforeLaunch(e agentLost) error {
+	return fmt.Errorf("lost the agent on %s before the ranks started: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))
 }
 
 // inBand handles the frames that are not events: a rank's output, stdin

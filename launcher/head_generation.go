@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -138,6 +139,13 @@ func (g *genState) launch() error {
 	for i, n := range h.plan.Nodes {
 		a := h.agents[i]
 		if a.gone {
+			continue
+		}
+		if a.ended.Load() {
+			// Its channel ended before the launch, and its loss may
+			// have been read by a wait for another agent's answer.
+			g.pending++
+			g.onAgentLost(agentLost{fromAgent{i}, errors.New("its control channel ended before its ranks were launched")})
 			continue
 		}
 		if err := a.w.Send(control.TypeLaunch, h.launchFor(g.gen, i, n, h.master, h.agents[0].hello.FreePort)); err != nil {
@@ -393,10 +401,17 @@ func (g *genState) onTimeout() {
 func (g *genState) onGraceExpired() {
 	g.escalate = nil
 	for i, a := range g.h.agents {
-		if !a.gone {
-			g.h.notef("gorun: agent on %s did not confirm its ranks ended; killing it\n", g.h.plan.Nodes[i].Host.Name)
-			a.proc.Kill()
+		if a.gone {
+			continue
 		}
+		if a.ended.Load() {
+			// Its channel ended and its loss was not seen: it never
+			// will be, so it is lost now.
+			g.onAgentLost(agentLost{fromAgent{i}, errors.New("its control channel ended")})
+			continue
+		}
+		g.h.notef("gorun: agent on %s did not confirm its ranks ended; killing it\n", g.h.plan.Nodes[i].Host.Name)
+		a.proc.Kill()
 	}
 }
 

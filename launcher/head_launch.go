@@ -76,6 +76,9 @@ func (h *head) printEnv(ctx context.Context) (int, error) {
 		if err != nil {
 			return ExitLaunch, err
 		}
+		if lost, ok := e.(agentLost); ok && lost.node != node {
+			return ExitLaunch, h.lostBeforeLaunch(lost)
+		}
 		if e.origin() != node {
 			continue
 		}

@@ -42,6 +42,10 @@ func (h *head) masterAddr(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
+		if lost, ok := e.(agentLost); ok && lost.node != 0 {
+			// No rank has started, and now one host's cannot.
+			return "", h.lostBeforeLaunch(lost)
+		}
 		if e.origin() != 0 {
 			continue
 		}

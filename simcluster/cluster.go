@@ -51,6 +51,9 @@ type Config struct {
 	RealExe string
 	// OnStart, when set, is called as each simulated rank starts.
 	OnStart func(host string, r launcher.ProcRank)
+	// Crash names hosts that crash (Cluster.Crash) this long after their
+	// agent starts: during the handshake, before the launch, ...
+	Crash map[string]time.Duration
 }
 
 // Cluster is a simulated cluster: a launcher.Starter for the head, and
@@ -122,12 +125,18 @@ func (c *Cluster) StartAgent(ctx context.Context, host hostfile.Host) (launcher.
 	if log == nil {
 		log = io.Discard
 	}
+	if d, ok := c.cfg.Crash[host.Name]; ok {
+		time.AfterFunc(d, func() { c.Crash(host.Name) })
+	}
 	c.agents.Add(1)
 	go func() {
 		defer c.agents.Done()
 		defer close(n.done)
 		n.err = launcher.RunAgent(actx, launcher.AgentOptions{
 			In: theirs, Out: theirs, Log: log, Host: host.Name, Version: "sim",
+			// As over SSH: the head then asks rank 0's agent for
+			// MASTER_ADDR, and waits for its answer.
+			ConnAddr: "127.0.0.1", ClientAddr: "127.0.0.1",
 			Procs: n.procs, Kids: &kidStarter{c: c, parent: n},
 		})
 		theirs.Close()

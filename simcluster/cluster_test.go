@@ -249,3 +249,65 @@ func TestRealSample(t *testing.T) {
 		t.Errorf("%d ranks on the real hosts, want 4; summary:\n%s", realRanks, b)
 	}
 }
+
+// TestTreeHeartbeats: with heartbeats every 100 ms and links of 20 ms, an
+// agent's first heartbeats to the agents it starts fall before the head's
+// hello has crossed the tree to them: they must wait for it (a lower agent
+// that read a heartbeat first failed its handshake, and the job hung).
+func TestTreeHeartbeats(t *testing.T) {
+	goroutines, files := runtime.NumGoroutine(), openFiles(t)
+	c := New(Config{Hosts: 48, Latency: 20 * time.Millisecond, Script: Script{Fence: true, FailRank: -1}})
+	var stderr bytes.Buffer
+	o := c.Options(2, 3, nil, &stderr)
+	o.BeatTimeout = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, err := launcher.Run(ctx, o)
+	if code != 0 || err != nil {
+		t.Fatalf("code %d, err %v:\n%s", code, err, stderr.String())
+	}
+	if s := c.Stats(); s.Ranks != 96 || len(s.Errors) > 0 {
+		t.Fatalf("%d ranks ran, errors %v", s.Ranks, s.Errors)
+	}
+	c.Wait()
+	noLeaks(t, goroutines, files)
+}
+
+// TestCrashWhileStarting: hosts that crash while the job starts (during
+// their handshake, after it, before or as the ranks launch) end the job
+// with gorun's own code, naming one of them, and nothing hangs: a loss
+// that came while the head waited for another agent's answer was once
+// dropped, and the job waited for that host forever.
+func TestCrashWhileStarting(t *testing.T) {
+	for d := time.Duration(0); d <= 30*time.Millisecond; d += 2 * time.Millisecond {
+		t.Run(d.String(), func(t *testing.T) {
+			crash := map[string]time.Duration{"sim0030": d, "sim0047": d / 2, "sim0009": d + time.Millisecond}
+			c := New(Config{Hosts: 48, Latency: time.Millisecond, Script: Script{Hold: true, FailRank: -1}, Crash: crash})
+			var stderr bytes.Buffer
+			o := c.Options(2, 4, nil, &stderr)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					panic(fmt.Sprintf("the job with hosts crashing %v after their start did not end within 30 s", d))
+				}
+			}()
+			code, err := launcher.Run(ctx, o)
+			close(done)
+			out := stderr.String()
+			if err != nil {
+				out += err.Error()
+			}
+			if code != launcher.ExitLaunch {
+				t.Errorf("code %d, want %d:\n%s", code, launcher.ExitLaunch, out)
+			}
+			if !strings.Contains(out, "sim0030") && !strings.Contains(out, "sim0047") && !strings.Contains(out, "sim0009") {
+				t.Errorf("no crashed host named:\n%s", out)
+			}
+			c.Wait()
+		})
+	}
+}
