@@ -89,6 +89,7 @@ func (a *agent) launch(l control.Launch) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.beginGeneration(l)
+	a.tree.timeout.Store(int64(l.PMI.FenceTimeout))
 	ooms := 0
 	if !a.simulated() {
 		ooms = oomKills()

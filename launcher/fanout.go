@@ -423,10 +423,23 @@ func (a *agent) dropKids() {
 // each lower agent's (which stand for their own subtrees), and sends one
 // Fence up for all of them once every one arrived. The answer comes down
 // the same way (agent.fenceAnswer).
+//
+// A round that is still missing some after the rendezvous timeout (the
+// hosts' own barrier's, which the head's store exceeds by a tenth) goes
+// up with what arrived, and what arrives later goes up as it comes: the
+// store then names the hosts that never arrived, not every host of the
+// subtree that one of them held back.
 type treeFence struct {
-	mu     sync.Mutex
-	rounds map[[2]int]*control.Fence // by generation and fence number
-	count  map[[2]int]int            // arrivals so far
+	mu      sync.Mutex
+	rounds  map[[2]int]*treeRound // by generation and fence number
+	timeout atomic.Int64          // the rendezvous timeout (ns) of the current generation; 0: none
+}
+
+type treeRound struct {
+	f       *control.Fence // what arrived, until it goes up
+	count   int
+	flushed bool // it went up incomplete: later arrivals go up alone
+	timer   *time.Timer
 }
 
 // arrive adds one arrival (this host's, or a lower agent's subtree) to
@@ -435,26 +448,54 @@ func (t *treeFence) arrive(a *agent, f control.Fence) {
 	key := [2]int{f.Generation, f.Seq}
 	t.mu.Lock()
 	if t.rounds == nil {
-		t.rounds, t.count = map[[2]int]*control.Fence{}, map[[2]int]int{}
+		t.rounds = map[[2]int]*treeRound{}
 	}
 	r := t.rounds[key]
 	if r == nil {
-		r = &control.Fence{Generation: f.Generation, Seq: f.Seq, Puts: map[string]string{}}
+		r = &treeRound{f: &control.Fence{Generation: f.Generation, Seq: f.Seq, Puts: map[string]string{}}}
 		t.rounds[key] = r
+		if d := time.Duration(t.timeout.Load()); d > 0 {
+			r.timer = time.AfterFunc(d, func() { t.flush(a, key) })
+		}
+	}
+	if r.flushed {
+		t.mu.Unlock()
+		a.w.Send(control.TypeFence, f)
+		return
 	}
 	for k, v := range f.Puts {
-		r.Puts[k] = v
+		r.f.Puts[k] = v
 	}
-	r.Nodes = append(r.Nodes, f.Nodes...)
-	t.count[key]++
-	full := t.count[key] == 1+a.kidCount()
-	if full {
+	r.f.Nodes = append(r.f.Nodes, f.Nodes...)
+	r.count++
+	var up *control.Fence
+	if r.count == 1+a.kidCount() {
+		up = r.f
 		delete(t.rounds, key)
-		delete(t.count, key)
+		if r.timer != nil {
+			r.timer.Stop()
+		}
 	}
 	t.mu.Unlock()
-	if full {
-		a.w.Send(control.TypeFence, r)
+	if up != nil {
+		a.w.Send(control.TypeFence, up)
+	}
+}
+
+// flush sends a round that timed out with what arrived of it.
+func (t *treeFence) flush(a *agent, key [2]int) {
+	t.mu.Lock()
+	r := t.rounds[key]
+	if r == nil || r.flushed {
+		t.mu.Unlock()
+		return
+	}
+	r.flushed = true
+	up := r.f
+	r.f = nil
+	t.mu.Unlock()
+	if len(up.Nodes) > 0 {
+		a.w.Send(control.TypeFence, up)
 	}
 }
 

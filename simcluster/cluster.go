@@ -29,6 +29,9 @@ type Script struct {
 	// Hold keeps every rank running until it is stopped.
 	FailRank int
 	Hold     bool
+	// NoFence names a host whose ranks never enter the fence (they hold
+	// until stopped), as ranks stuck before MPI_Init's barrier.
+	NoFence string
 }
 
 // Config describes a simulated cluster.
@@ -327,6 +330,15 @@ func (p *procs) run(pid int, rk *rank) {
 		c.cfg.OnStart(p.host, rk.r)
 	}
 	sc := c.cfg.Script
+	if sc.Fence && p.host == sc.NoFence {
+		for sig := range rk.sig {
+			if fatal(sig) {
+				p.stopped(pid, rk, sig)
+				return
+			}
+		}
+		return
+	}
 	if sc.Fence {
 		if rk.r.PMI == nil {
 			c.failf("rank %d on %s: no PMI connection", rk.r.Rank, p.host)

@@ -311,3 +311,32 @@ func TestCrashWhileStarting(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceTimeoutNamesTheHost: one host's ranks never reach the fence.
+// Its parent in the tree sends the rest of its subtree's fence up at the
+// rendezvous timeout, so that the head's store, a tenth later, names that
+// host's ranks alone, not every host the parent stands for.
+func TestFenceTimeoutNamesTheHost(t *testing.T) {
+	c := New(Config{Hosts: 64, Latency: 100 * time.Microsecond, Script: Script{Fence: true, Hold: true, FailRank: -1, NoFence: "sim0040"}})
+	var stderr bytes.Buffer
+	o := c.Options(2, 4, nil, &stderr)
+	o.RendezvousTimeout = time.Second
+	o.BeatTimeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, err := launcher.Run(ctx, o)
+	if err != nil || code == 0 {
+		t.Fatalf("code %d, err %v:\n%s", code, err, stderr.String())
+	}
+	out := stderr.String()
+	if !strings.Contains(out, "78 (on sim0040), 79 (on sim0040)") {
+		t.Errorf("the summary does not name sim0040's ranks 78 and 79 as never arriving:\n%s", out)
+	}
+	// sim0040 is node 39, below node 8 (sim0009) and node 1 (sim0002).
+	for _, other := range []string{"(on sim0002)", "(on sim0009)", "(on sim0037)", "(on sim0041)"} {
+		if strings.Contains(out, other) {
+			t.Errorf("the summary blames %s, whose ranks arrived:\n%s", other, out)
+		}
+	}
+	c.Wait()
+}
