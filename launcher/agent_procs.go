@@ -89,13 +89,8 @@ func (a *agent) procExited(p *rankProc, code int, sig syscall.Signal) {
 	if a.byPID[p.pid] != p {
 		return // reported already, or never registered
 	}
-	delete(a.byPID, p.pid)
-	if ch := a.stdin[p.rank]; ch != nil {
-		delete(a.stdin, p.rank)
-		close(ch)
-	}
-	e := control.Exited{Generation: a.gen, Rank: p.rank, PID: p.pid, Start: p.start, End: time.Now(),
-		Code: code, Stopped: p.stopped || a.stopped}
+	e := a.retire(p)
+	e.Code = code
 	if sig != 0 {
 		e.Code, e.Signal = -1, int(sig)
 	}

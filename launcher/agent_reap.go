@@ -35,17 +35,12 @@ func (a *agent) reap() {
 		if p == nil {
 			continue // an orphan: reaped, nothing to report
 		}
-		delete(a.byPID, pid)
+		e := a.retire(p)
+		e.MaxRSS = ru.Maxrss
 		// What the rank left behind in its process group goes with it.
 		if unix.Kill(-pid, unix.SIGKILL) == nil {
 			a.leftovers = true // something of the rank's still ran
 		}
-		if ch := a.stdin[p.rank]; ch != nil {
-			delete(a.stdin, p.rank)
-			close(ch)
-		}
-		e := control.Exited{Generation: a.gen, Rank: p.rank, PID: pid, Start: p.start, End: time.Now(),
-			MaxRSS: ru.Maxrss, Stopped: p.stopped || a.stopped}
 		switch {
 		case ws.Exited():
 			e.Code = ws.ExitStatus()
@@ -57,6 +52,18 @@ func (a *agent) reap() {
 		}
 		go a.finish(p, e)
 	}
+}
+
+// retire forgets an ended rank (its pid, its stdin queue) and returns the
+// start of its report. Called with a.mu held.
+func (a *agent) retire(p *rankProc) control.Exited {
+	delete(a.byPID, p.pid)
+	if ch := a.stdin[p.rank]; ch != nil {
+		delete(a.stdin, p.rank)
+		close(ch)
+	}
+	return control.Exited{Generation: a.gen, Rank: p.rank, PID: p.pid, Start: p.start, End: time.Now(),
+		Stopped: p.stopped || a.stopped}
 }
 
 // oomKills reads the kernel's count of OOM kills (/proc/vmstat oom_kill).

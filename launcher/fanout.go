@@ -53,29 +53,18 @@ func ParseFanout(s string) (int, error) {
 	return k, nil
 }
 
-// treeFanout is the launch tree's fanout for a job: Options.Fanout, or
-// for FanoutAuto DefaultFanout above TreeAbove hosts. Inside a Slurm
-// allocation srun starts every agent, and there is no tree.
-func treeFanout(o Options, plan *Plan) int {
-	if o.Fanout != FanoutAuto {
-		return o.Fanout
-	}
-	if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+// EffectiveFanout is the launch tree's fanout (0: none) that Run uses
+// for o with agents on hosts hosts: Options.Fanout, or for FanoutAuto
+// DefaultFanout above TreeAbove hosts. Inside a Slurm allocation srun
+// starts every agent, and auto makes no tree.
+func EffectiveFanout(o Options, hosts int) int {
+	if o.Fanout == FanoutAuto && o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
 		return 0
 	}
-	return treeFanoutFor(o.Fanout, len(plan.Nodes))
+	return treeFanoutFor(o.Fanout, hosts)
 }
 
-// EffectiveFanout is the launch tree's fanout that Run uses for o: 0 for
-// none.
-func EffectiveFanout(o Options) int {
-	if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
-		return 0
-	}
-	return treeFanoutFor(o.Fanout, len(o.Hosts))
-}
-
-// treeFanoutFor is treeFanout for n hosts reached over SSH.
+// treeFanoutFor is EffectiveFanout for n hosts reached over SSH.
 func treeFanoutFor(fanout, n int) int {
 	if fanout == FanoutAuto {
 		if n > TreeAbove {

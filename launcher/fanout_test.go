@@ -55,7 +55,7 @@ func TestTreeFanout(t *testing.T) {
 		if tt.slurm {
 			o.Alloc = &Allocation{Kind: BackendSlurm}
 		}
-		if got := EffectiveFanout(o); got != tt.want {
+		if got := EffectiveFanout(o, len(o.Hosts)); got != tt.want {
 			t.Errorf("fanout %d, %d hosts, slurm %v: %d, want %d", tt.fanout, tt.hosts, tt.slurm, got, tt.want)
 		}
 	}

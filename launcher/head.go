@@ -150,7 +150,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}
 	o.SSH = absPaths(o.SSH)
-	o.Fanout = treeFanout(o, plan)
+	o.Fanout = EffectiveFanout(o, len(plan.Nodes))
 	if o.Starter == nil {
 		st, err := defaultStarter(o, plan)
 		if err != nil {

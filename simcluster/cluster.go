@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -393,17 +394,10 @@ func (p *procs) stopped(pid int, rk *rank, sig syscall.Signal) {
 
 func envInt(env []string, name string) int {
 	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := cut(env[i], name+"="); ok {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
 			n, _ := strconv.Atoi(v)
 			return n
 		}
 	}
 	return 0
-}
-
-func cut(s, prefix string) (string, bool) {
-	if len(s) >= len(prefix) && s[:len(prefix)] == prefix {
-		return s[len(prefix):], true
-	}
-	return "", false
 }

@@ -461,7 +461,7 @@ func (f Frame) Stdin() (Stdin, error) {
 }
 
 // Writer sends frames; it is safe for concurrent use. A frame of up to
-// 64 KiB goes out in one Write call; a larger one in several, with no other
+// 256 KiB goes out in one Write call; a larger one in several, with no other
 // frame between them.
 type Writer struct {
 	mu  sync.Mutex
@@ -525,9 +525,10 @@ func (w *Writer) send(t Type, parts ...[]byte) error {
 }
 
 // bigFrame is the frame size above which a Writer writes the payload
-// from where it lies: a frame of at most bigFrame goes out in one Write
+// from where it lies (above the 64 KiB of an output chunk, which stays one
+// write on the relay's path): a frame of at most bigFrame goes out in one Write
 // call, a larger one in several (a stream; relays count its bytes).
-const bigFrame = 64 << 10
+const bigFrame = 256 << 10
 
 // SendPayload sends a frame of type t with an encoded payload, such as one
 // encoded once for many receivers.

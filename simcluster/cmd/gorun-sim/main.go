@@ -145,7 +145,7 @@ func head(c config) error {
 	defer cancel()
 	code, err := launcher.Run(ctx, o)
 	r := headReport{Start: start, End: time.Now(), Code: code, CPU: cpuSeconds(),
-		RSSMB: float64(procfs.Proc.SelfStatusKB("VmHWM")) / 1024, Fanout: launcher.EffectiveFanout(o)}
+		RSSMB: float64(procfs.Proc.SelfStatusKB("VmHWM")) / 1024, Fanout: launcher.EffectiveFanout(o, len(o.Hosts))}
 	if err != nil {
 		r.Err = err.Error()
 	}
