@@ -144,7 +144,8 @@ gorun -x GORUN_TEST_MARK=%s sh -c 'if [ "$RANK" = 3 ]; then sleep 0.5; exit 3; f
 
 // scancel --signal=USR1 (a preemption warning) reaches every rank once,
 // those Slurm signals itself and those on gorun's own node alike; a
-// plain scancel ends the job with no survivors.
+// plain scancel ends the job with no survivors, its summary naming the
+// signal.
 func TestSlurmSignals(t *testing.T) {
 	c := sharedSlurm(t)
 	for _, tt := range []struct {
@@ -182,9 +183,19 @@ gorun -x GORUN_TEST_MARK=%s sh -c 'trap "trap \"\" %s; echo %s-$RANK; exit 0" %s
 				t.Fatal(err)
 			}
 			for r := range 4 {
-				if n := strings.Count(j.Output, tt.want(r)); n != 1 {
+				n := strings.Count(j.Output, tt.want(r))
+				// A plain scancel also sends SIGTERM to the srun that
+				// started the agents, and srun answers it with SIGKILL
+				// to its step (Slurm's srun_job.c, the same for any
+				// srun in a cancelled batch script): on a loaded
+				// machine a rank may die before its trap runs. It
+				// must never hear the signal twice.
+				if n > 1 || n == 0 && tt.scancel != "" {
 					t.Errorf("rank %d got %q %d times\n%s", r, strings.TrimSpace(tt.want(r)), n, j.Output)
 				}
+			}
+			if tt.scancel == "" && !strings.Contains(j.Output, "gorun got SIGTERM") {
+				t.Errorf("the summary does not name the SIGTERM:\n%s", j.Output)
 			}
 			assertNoSurvivors(t, mark, 2*time.Second)
 		})
