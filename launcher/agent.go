@@ -351,6 +351,12 @@ func (a *agent) readFrames(r *control.Reader) error {
 				return err
 			}
 			go func() { a.w.Send(control.TypeCheckRe, a.check(q)) }()
+		case control.TypeProbe:
+			var q control.Probe
+			if err := f.Decode(&q); err != nil {
+				return err
+			}
+			go a.answerProbe(q)
 		case control.TypeSpawn:
 			var sp control.Spawn
 			if err := f.Decode(&sp); err != nil {

@@ -96,6 +96,12 @@ type (
 		fromAgent
 		control.CheckReply
 	}
+	// probeReply answers a probe (gorun stacks, gorun status, the hang
+	// watch, --record).
+	probeReply struct {
+		fromAgent
+		control.ProbeReply
+	}
 )
 
 // Events of the head's own.
@@ -143,6 +149,8 @@ func decodeEvent(node int, f control.Frame) (event, error) {
 		return decoded(f, func(v control.RouteReply) event { return routeReply{from, v} })
 	case control.TypeError:
 		return decoded(f, func(v control.Error) event { return agentError{from, v.Msg} })
+	case control.TypeProbeRe:
+		return decoded(f, func(v control.ProbeReply) event { return probeReply{from, v} })
 	}
 	return nil, fmt.Errorf("%w: unexpected %s frame", control.ErrProtocol, f.Type)
 }

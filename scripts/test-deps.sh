@@ -16,6 +16,7 @@ pkgs=(
   iproute2        # ip: testhosts' network namespaces, bridge, veths and routes
   util-linux mount  # unshare, nsenter and mount: testhosts' UTS and mount namespaces
   libfabric-dev libfabric-bin  # plugins/fabric/ofi links libfabric with cgo; its tests run the tcp;ofi_rxm and shm providers
+  gdb elfutils    # gorun stacks: gdb and eu-stack read native ranks' stacks (the hang tests)
   slurmctld slurmd slurm-client munge  # slurmtest's real Slurm cluster: slurmctld, one slurmd per node, munged, and sbatch/srun/squeue/scancel/scontrol/sinfo
 )
 missing=()

@@ -79,10 +79,12 @@ const (
 	TypeFenceRe  Type = 23 // H->A: binary FenceReply, the job-wide fence completed (or failed)
 	TypeAbort    Type = 24 // A->H: Abort, a rank called MPI_Abort or left before finalize
 	TypeSignaled Type = 25 // A->H: Signal, the agent got a signal from outside (a resource manager) and forwarded it
-	maxType      Type = 25
+	TypeProbe    Type = 26 // H->A: Probe, a question about the host's ranks (their stacks, their state) or the host
+	TypeProbeRe  Type = 27 // A->H: ProbeReply
+	maxType      Type = 27
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort", "signaled"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort", "signaled", "probe", "probe-reply"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
@@ -301,6 +303,56 @@ type SSH struct {
 type Relay struct {
 	Node int
 	Data []byte
+}
+
+// The kinds of Probe.
+const (
+	// ProbeStacks asks for every rank's stacks: ProbeReply.Data is a
+	// JSON array of stacks.Rank.
+	ProbeStacks = "stacks"
+	// ProbeStatus asks for every rank's state: Data is a JSON array of
+	// RankStatus.
+	ProbeStatus = "status"
+	// ProbeInfo asks about the host (versions, environment) for a job
+	// record: Data is a JSON HostInfo.
+	ProbeInfo = "info"
+)
+
+// Probe asks an agent about its ranks or its host, without changing
+// anything in them; the agent answers with one ProbeReply of the same ID.
+type Probe struct {
+	ID   uint64 `json:"id"`
+	Kind string `json:"kind"`
+	// Timeout bounds the agent's work on the answer (a stack tool that
+	// does not return); 0: the agent's default.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// ProbeReply answers a Probe: Data's form depends on the probe's kind;
+// Err says why there is none.
+type ProbeReply struct {
+	ID   uint64          `json:"id"`
+	Data json.RawMessage `json:"data,omitempty"`
+	Err  string          `json:"err,omitempty"`
+}
+
+// RankStatus is one rank's state as its agent sees it, for gorun status
+// and the head's hang watch.
+type RankStatus struct {
+	Rank  int    `json:"rank"`
+	PID   int    `json:"pid,omitempty"`
+	State string `json:"state"` // the kernel's state letter (R, S, D, T, Z) or "exited"
+	// CPU is the CPU time the rank's processes used, in seconds.
+	CPU float64 `json:"cpu_s"`
+	// CPUPercent is its CPU use since the agent's previous status probe
+	// (or since the rank started), 100 per core.
+	CPUPercent float64 `json:"cpu_pct"`
+	RSSKB      int64   `json:"rss_kb"`
+	// Ops counts the rank's rendezvous calls (PMI or KV) so far.
+	Ops uint64 `json:"ops"`
+	// Coll is what a Go rank's collectives report about their calls
+	// (rendezvous.Progress as JSON), absent for other ranks.
+	Coll json.RawMessage `json:"coll,omitempty"`
 }
 
 // Check is `gorun check`'s question to an agent. With Program set, the
