@@ -50,6 +50,32 @@ type Rank struct {
 	// SLURM_NODEID, SLURM_NTASKS, SLURM_NPROCS), which tools such as
 	// PyTorch Lightning and submitit read, replacing the batch step's.
 	Slurm bool
+	// StacksDir is the directory where a Python rank's stacks hook writes
+	// its dumps for `gorun stacks` (GORUN_STACKS_DIR); its subdirectory
+	// py holds the hook (a sitecustomize.py that package stacks writes),
+	// which Build puts first on the rank's PYTHONPATH. "" = no hook.
+	StacksDir string
+	// StacksSignal is the signal on which the hook dumps
+	// (GORUN_STACKS_SIGNAL): the agent sets stacks.DumpSignal. 0 = the
+	// hook's default, the same.
+	StacksSignal int
+}
+
+// The variables of the Python stacks hook (see [Rank.StacksDir]).
+const (
+	// StacksDirVar names the directory the hook writes <pid>.txt into.
+	StacksDirVar = "GORUN_STACKS_DIR"
+	// StacksSignalVar is the signal number the hook dumps on.
+	StacksSignalVar = "GORUN_STACKS_SIGNAL"
+	// StacksPython set to 0 (by -x or in the agent's environment) keeps
+	// the hook off the rank's PYTHONPATH.
+	StacksPython = "GORUN_STACKS_PYTHON"
+)
+
+// StacksHookDir is the directory of the Python stacks hook under a
+// rank's StacksDir, which Build puts first on PYTHONPATH.
+func StacksHookDir(stacksDir string) string {
+	return strings.TrimSuffix(stacksDir, "/") + "/py"
 }
 
 // ErrBadExport is wrapped by the errors of [ParseExport].
@@ -247,6 +273,12 @@ func Vars(r Rank) []string {
 	if r.Dir != "" {
 		v = append(v, "PWD="+r.Dir)
 	}
+	if r.StacksDir != "" {
+		v = append(v, StacksDirVar+"="+r.StacksDir)
+		if r.StacksSignal > 0 {
+			v = append(v, StacksSignalVar+"="+itoa(r.StacksSignal))
+		}
+	}
 	if r.PMIFD > 0 {
 		v = append(v, "PMI_FD="+itoa(r.PMIFD), "PMI_RANK="+itoa(r.Rank), "PMI_SIZE="+itoa(r.WorldSize),
 			"MPI_LOCALRANKID="+itoa(r.LocalRank), "MPI_LOCALNRANKS="+itoa(r.LocalWorldSize))
@@ -261,6 +293,9 @@ func Vars(r Rank) []string {
 // the user asked for explicitly; a GPU visibility variable of r.Binding
 // goes last, since gorun narrowed it from the user's own list.
 // A name appears once; the order is base's, with new names appended.
+// Where r.StacksDir is set, the stacks hook's directory
+// ([StacksHookDir]) then goes first on PYTHONPATH, unless the result
+// has GORUN_STACKS_PYTHON=0.
 func Build(base []string, r Rank, exports []string) []string {
 	out := make([]string, 0, len(base)+40)
 	index := make(map[string]int, len(base)+40)
@@ -293,6 +328,23 @@ func Build(base []string, r Rank, exports []string) []string {
 	}
 	for _, kv := range last {
 		set(kv)
+	}
+	if r.StacksDir != "" {
+		get := func(name string) string {
+			if i, ok := index[name]; ok {
+				_, v, _ := strings.Cut(out[i], "=")
+				return v
+			}
+			return ""
+		}
+		if hook := StacksHookDir(r.StacksDir); get(StacksPython) != "0" {
+			switch path := get("PYTHONPATH"); {
+			case path == "":
+				set("PYTHONPATH=" + hook)
+			case path != hook && !strings.HasPrefix(path, hook+":"):
+				set("PYTHONPATH=" + hook + ":" + path)
+			}
+		}
 	}
 	return out
 }

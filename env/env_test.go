@@ -169,3 +169,56 @@ func TestWithIface(t *testing.T) {
 		t.Errorf("-x %s wins: %v", CollIface, got)
 	}
 }
+
+// The Python stacks hook: its variables with a stacks directory, and its
+// directory first on PYTHONPATH, whatever set PYTHONPATH before, unless
+// GORUN_STACKS_PYTHON=0 is in the final environment.
+func TestStacksHook(t *testing.T) {
+	t.Parallel()
+	r := Rank{StacksDir: "/run/gorun/j1/stacks", StacksSignal: 45}
+	const hook = "/run/gorun/j1/stacks/py"
+	tests := []struct {
+		name    string
+		r       Rank
+		base    []string
+		exports []string
+		want    string // PYTHONPATH; "-" = unset
+	}{
+		{"no stacks directory", Rank{}, []string{"PYTHONPATH=/a"}, nil, "/a"},
+		{"no PYTHONPATH", r, nil, nil, hook},
+		{"the agent's PYTHONPATH", r, []string{"PYTHONPATH=/a:/b"}, nil, hook + ":/a:/b"},
+		{"an empty one", r, []string{"PYTHONPATH="}, nil, hook},
+		{"-x PYTHONPATH", r, []string{"PYTHONPATH=/a"}, []string{"PYTHONPATH=/x"}, hook + ":/x"},
+		{"already first (a restart's environment)", r, []string{"PYTHONPATH=" + hook + ":/a"}, nil, hook + ":/a"},
+		{"off by -x", r, []string{"PYTHONPATH=/a"}, []string{"GORUN_STACKS_PYTHON=0"}, "/a"},
+		{"off in the agent's environment", r, []string{"GORUN_STACKS_PYTHON=0"}, nil, "-"},
+		{"on again by -x", r, []string{"GORUN_STACKS_PYTHON=0"}, []string{"GORUN_STACKS_PYTHON=1"}, hook},
+		{"a trailing slash", Rank{StacksDir: "/s/"}, nil, nil, "/s/py"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := Build(tt.base, tt.r, tt.exports)
+			seen := map[string]int{}
+			for _, kv := range got {
+				k, _, _ := strings.Cut(kv, "=")
+				seen[k]++
+			}
+			if seen["PYTHONPATH"] > 1 {
+				t.Errorf("PYTHONPATH set %d times: %v", seen["PYTHONPATH"], got)
+			}
+			v, ok := lookupIn(got)("PYTHONPATH")
+			if !ok {
+				v = "-"
+			}
+			if v != tt.want {
+				t.Errorf("PYTHONPATH = %q, want %q", v, tt.want)
+			}
+			dir, _ := lookupIn(got)(StacksDirVar)
+			sig, hasSig := lookupIn(got)(StacksSignalVar)
+			if dir != tt.r.StacksDir || hasSig != (tt.r.StacksSignal > 0) || hasSig && sig != "45" {
+				t.Errorf("%s=%q, %s=%q (set %v)", StacksDirVar, dir, StacksSignalVar, sig, hasSig)
+			}
+		})
+	}
+}

@@ -20,6 +20,8 @@ type Mapping struct {
 	// Path is the file's path as the kernel last knew it, " (deleted)"
 	// appended when it has been unlinked since. It may hold spaces.
 	Path string
+	// Start and End are the mapping's addresses: it covers [Start, End).
+	Start, End uint64
 }
 
 // ParseMaps yields the file mappings of a /proc/PID/maps file, in its
@@ -53,7 +55,10 @@ func parseMapping(line string) (Mapping, bool) {
 	if !ok || err1 != nil || err2 != nil || err3 != nil {
 		return Mapping{}, false
 	}
-	return Mapping{Dev{uint32(major), uint32(minor)}, ino, strings.TrimLeft(rest, " ")}, true
+	lo, hi, _ := strings.Cut(field[0], "-")
+	start, _ := strconv.ParseUint(lo, 16, 64)
+	end, _ := strconv.ParseUint(hi, 16, 64)
+	return Mapping{Dev: Dev{uint32(major), uint32(minor)}, Inode: ino, Path: strings.TrimLeft(rest, " "), Start: start, End: end}, true
 }
 
 // FileMappings yields the file mappings of process pid (see [ParseMaps]);

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // input is the test input: the file under testdata when file is not "",
@@ -36,7 +37,9 @@ func TestParseStat(t *testing.T) {
 		{name: "parentheses and spaces in the name", file: "stat/parens-in-name", want: Stat{PID: 713, Comm: "a) b (c", State: 'S', PPID: 712}},
 		{name: "stopped", file: "stat/stopped", want: Stat{PID: 750, Comm: "bash", State: 'T', PPID: 706}},
 		{name: "zombie", file: "stat/zombie", want: Stat{PID: 2729, Comm: "python3", State: 'Z', PPID: 2668}},
-		{name: "kernel thread, parent 0", file: "stat/kthreadd", want: Stat{PID: 2, Comm: "kthreadd", State: 'S', PPID: 0}},
+		{name: "kernel thread, parent 0", file: "stat/kthreadd", want: Stat{PID: 2, Comm: "kthreadd", State: 'S', PPID: 0, STime: 1}},
+		{name: "busy, CPU times", file: "stat/busy", want: Stat{PID: 30884, Comm: "mpi", State: 'R', PPID: 30883, UTime: 10067, STime: 9}},
+		{name: "times not numbers", text: "7 (sh) S 1 7 7 0 -1 0 0 0 0 0 x y", want: Stat{PID: 7, Comm: "sh", State: 'S', PPID: 1}},
 		{name: "empty name", text: "7 () S 1 7", want: Stat{PID: 7, State: 'S', PPID: 1}},
 		{name: "empty", text: "", err: true},
 		{name: "no parentheses", text: "7 sh S 1 7", err: true},
@@ -136,7 +139,9 @@ func TestProc(t *testing.T) {
 
 func TestParseMaps(t *testing.T) {
 	t.Parallel()
-	libc := Mapping{Dev{0xfe, 0}, 326269, "/usr/lib/x86_64-linux-gnu/libc.so.6"}
+	libc := func(start, end uint64) Mapping {
+		return Mapping{Dev{0xfe, 0}, 326269, "/usr/lib/x86_64-linux-gnu/libc.so.6", start, end}
+	}
 	tests := []struct {
 		name string
 		file string // under testdata
@@ -144,12 +149,14 @@ func TestParseMaps(t *testing.T) {
 		want []Mapping
 	}{
 		{name: "shared memory, deleted and with a space", file: "maps/shm", want: []Mapping{
-			libc, libc, libc, libc, libc,
-			{Dev{0, 0x1b}, 4887, "/dev/shm/gorun-cap-del (deleted)"},
-			{Dev{0, 0x1b}, 4886, "/dev/shm/gorun-cap (x)"},
+			libc(0x7f488a41e000, 0x7f488a444000), libc(0x7f488a444000, 0x7f488a59a000),
+			libc(0x7f488a59a000, 0x7f488a5ed000), libc(0x7f488a5ed000, 0x7f488a5f1000),
+			libc(0x7f488a5f1000, 0x7f488a5f3000),
+			{Dev{0, 0x1b}, 4887, "/dev/shm/gorun-cap-del (deleted)", 0x7f488ac31000, 0x7f488ac32000},
+			{Dev{0, 0x1b}, 4886, "/dev/shm/gorun-cap (x)", 0x7f488ac32000, 0x7f488ac33000},
 		}},
-		{name: "no trailing newline", text: "7f-8f rw-s 00000000 00:1b 12 /dev/shm/a", want: []Mapping{{Dev{0, 0x1b}, 12, "/dev/shm/a"}}},
-		{name: "no path", text: "7f-8f rw-s 00000000 08:01 12\n", want: []Mapping{{Dev{8, 1}, 12, ""}}},
+		{name: "no trailing newline", text: "7f-8f rw-s 00000000 00:1b 12 /dev/shm/a", want: []Mapping{{Dev{0, 0x1b}, 12, "/dev/shm/a", 0x7f, 0x8f}}},
+		{name: "no path", text: "7f-8f rw-s 00000000 08:01 12\n", want: []Mapping{{Dev{8, 1}, 12, "", 0x7f, 0x8f}}},
 		{name: "anonymous", text: "7f-8f rw-p 00000000 00:00 0 \n"},
 		{name: "bad device", text: "7f-8f rw-s 00000000 0001b 12 /x\n7f-8f rw-s 00000000 zz:1b 12 /x\n"},
 		{name: "bad inode", text: "7f-8f rw-s 00000000 00:1b -1 /x\n"},
@@ -247,5 +254,127 @@ func TestParsePortRange(t *testing.T) {
 	}
 	if _, _, ok := FS("testdata/none").PortRange(); ok {
 		t.Errorf("PortRange without the file is ok")
+	}
+}
+
+func TestParseSyscall(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		file string // under testdata
+		text string // when file is ""
+		want Syscall
+		err  bool
+	}{
+		{name: "read", file: "syscall/read", want: Syscall{Nr: 0}},
+		{name: "wait4", file: "syscall/wait4", want: Syscall{Nr: 61}},
+		{name: "running", file: "syscall/running", want: Syscall{Running: true, Nr: -1}},
+		{name: "blocked outside a call", text: "-1 0x7ffd2043bf08 0x7f674a253bd3\n", want: Syscall{Nr: -1}},
+		{name: "empty", text: "", err: true},
+		{name: "not a number", text: "x 0x0\n", err: true},
+		{name: "below -1", text: "-2 0x0\n", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := input(t, tt.file, tt.text)
+			got, err := ParseSyscall(b)
+			if tt.err {
+				if !errors.Is(err, ErrFormat) {
+					t.Fatalf("ParseSyscall(%q) = %+v, %v; want an ErrFormat", b, got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("ParseSyscall(%q) = %+v, %v; want %+v", b, got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	t.Parallel()
+	b := input(t, "status/mpi", "")
+	tests := []struct{ key, want string }{
+		{"Name", "mpi"},
+		{"State", "R (running)"},
+		{"PPid", "30883"},
+		{"Uid", "0\t0\t0\t0"},
+		{"SigCgt", "00000001000006c9"},
+		{"Sig", ""}, // a prefix of SigCgt, no field of its own
+		{"NoSuchField", ""},
+	}
+	for _, tt := range tests {
+		if got := ParseStatus(b, tt.key); got != tt.want {
+			t.Errorf("ParseStatus(%s) = %q, want %q", tt.key, got, tt.want)
+		}
+	}
+	m, err := ParseSigMask(ParseStatus(b, "SigCgt"))
+	// SIGHUP, SIGILL, SIGBUS, SIGFPE, SIGUSR1, SIGSEGV and 33 (glibc's SIGSETXID).
+	want := uint64(1<<0 | 1<<3 | 1<<6 | 1<<7 | 1<<9 | 1<<10 | 1<<32)
+	if err != nil || m != want {
+		t.Errorf("ParseSigMask(SigCgt) = %#x, %v; want %#x", m, err, want)
+	}
+	for _, bad := range []string{"", "xyz", "1000000000000000000"} {
+		if _, err := ParseSigMask(bad); !errors.Is(err, ErrFormat) {
+			t.Errorf("ParseSigMask(%q) = %v, want an ErrFormat", bad, err)
+		}
+	}
+}
+
+// The readers of what a process does, on a real one: a thread named by
+// this test, blocked in nanosleep.
+func TestProcTask(t *testing.T) {
+	t.Parallel()
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep: %v", err)
+	}
+	cmd := exec.Command(sleep, "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	pid := cmd.Process.Pid
+	if got := Proc.Tasks(pid); !slices.Equal(got, []int{pid}) {
+		t.Errorf("Tasks = %v, want [%d]", got, pid)
+	}
+	if got, _ := filepath.EvalSymlinks(sleep); Proc.Exe(pid) != got {
+		t.Errorf("Exe = %q, want %q", Proc.Exe(pid), got)
+	}
+	// Wait until it sleeps.
+	var sc Syscall
+	for range 200 {
+		if sc, err = Proc.Syscall(pid); err == nil && !sc.Running && sc.Nr >= 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil || sc.Running || sc.Nr < 0 {
+		t.Errorf("Syscall = %+v, %v; want a call", sc, err)
+	}
+	if st, err := Proc.TaskStat(pid, pid); err != nil || st.State != 'S' || Proc.TaskComm(pid, pid) != "sleep" {
+		t.Errorf("TaskStat = %+v, %v, TaskComm = %q; want S and sleep", st, err, Proc.TaskComm(pid, pid))
+	}
+	if w := Proc.WChan(pid); w == "" {
+		t.Logf("no wchan (hidden by this kernel)")
+	}
+	// sleep catches nothing; this test binary catches SIGURG (Go's
+	// preemption signal, 23).
+	if c, err := Proc.CatchesSignal(pid, 15); c || err != nil {
+		t.Errorf("CatchesSignal(sleep, SIGTERM) = %v, %v", c, err)
+	}
+	if c, err := Proc.CatchesSignal(os.Getpid(), 23); !c || err != nil {
+		t.Errorf("CatchesSignal(self, SIGURG) = %v, %v", c, err)
+	}
+	if _, err := Proc.CatchesSignal(-1, 15); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("CatchesSignal(-1) = %v, want ErrNotExist", err)
+	}
+	if Proc.Exe(-1) != "" || Proc.WChan(-1) != "" || Proc.Tasks(-1) != nil || Proc.TaskComm(-1, -1) != "" || Proc.StatusField(-1, "Uid") != "" {
+		t.Errorf("readers of a process that is not there returned something")
+	}
+	if s := FS("testdata/none").PtraceScope(); s != -1 {
+		t.Errorf("PtraceScope without Yama = %d", s)
 	}
 }
