@@ -443,7 +443,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 				rank = i
 			}
 		}
-		child = newComm(c.p2p, rank, world, hosts, uint32(id), c.fam, c.thr.Clone(), c.model, c.options())
+		child = newComm(c.p2p, rank, world, hosts, uint32(id), c.fam, splitName(*c.name, o.seq, color), c.thr.Clone(), c.model, c.options())
 		return nil
 	}})
 	if err != nil {
@@ -460,6 +460,7 @@ const MaxTag = math.MaxUint32
 // p2pStart posts a Send or Recv and returns the function that waits for
 // it. Posting in the caller's goroutine keeps the order of messages.
 func (c *Communicator) p2pStart(ctx context.Context, name string, recv bool, peer, tag int, dt DType, count int, data []byte) func() error {
+	c.fam.log.p2p.Add(1)
 	if peer < 0 || peer >= c.size || peer == c.rank {
 		err := invalid(name, "peer %d (this is rank %d of %d)", peer, c.rank, c.size)
 		return func() error { return err }

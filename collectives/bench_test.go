@@ -46,3 +46,26 @@ func BenchmarkAllReduce(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAllReduceLatency8B measures the latency of an 8-byte AllReduce
+// (one float64) among 4 ranks over the in-memory fabric: the fixed cost of
+// a collective call, which bookkeeping such as the arrival record adds to.
+func BenchmarkAllReduceLatency8B(b *testing.B) {
+	f := collectivestest.NewFabric(4, nil)
+	b.ResetTimer()
+	errs := f.Run(nil, func(c *collectives.Communicator) error {
+		buf := make([]float64, 1)
+		for range b.N {
+			if err := collectives.AllReduce(context.Background(), c, buf, collectives.Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.StopTimer()
+	for _, err := range errs {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -79,10 +79,11 @@ func (o *Options) logger() *log.Logger {
 }
 
 // family is what the communicators split from one New share: the next
-// communicator id this process may use.
+// communicator id this process may use, and the record of their calls.
 type family struct {
 	mu   sync.Mutex // held for the whole of a Split
 	next uint32
+	log  *progressLog
 }
 
 const maxCommID = 1<<24 - 1
@@ -109,6 +110,7 @@ type Communicator struct {
 	topo  topology
 	id    uint32
 	fam   *family
+	name  *string // the Comm of its arrivals (see Progress)
 
 	timeout time.Duration
 	chunk   int
@@ -181,13 +183,13 @@ func New(p P2P, rank, size int, opts *Options) (*Communicator, error) {
 		world[i] = i
 		hosts[i] = p.Host(i)
 	}
-	c := newComm(p, rank, world, hosts, 0, &family{next: 1}, thr, model, o)
+	c := newComm(p, rank, world, hosts, 0, &family{next: 1, log: new(progressLog)}, worldName, thr, model, o)
 	return c, nil
 }
 
-func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, thr *Thresholds, model CostModel, o Options) *Communicator {
+func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, name string, thr *Thresholds, model CostModel, o Options) *Communicator {
 	c := &Communicator{
-		p2p: p, rank: rank, size: len(world), world: world, hosts: hosts, id: id, fam: fam,
+		p2p: p, rank: rank, size: len(world), world: world, hosts: hosts, id: id, fam: fam, name: &name,
 		timeout: o.Timeout, chunk: o.ChunkBytes, segment: o.SegmentBytes, window: o.Window, strict: o.Strict,
 		thr: thr, model: model,
 		tail: make(chan struct{}), left: map[int]uint32{}, watched: map[int]bool{},
@@ -466,6 +468,7 @@ func (c *Communicator) enqueue(ctx context.Context, name string, cl call) func()
 	done := make(chan struct{})
 	c.tail = done
 	c.mu.Unlock()
+	c.fam.log.arrive(c.name, seq, cl.hdr.kind)
 	return func() error {
 		defer close(done)
 		<-prev

@@ -83,6 +83,16 @@
 // next call ([Options.Strict] makes every rank get it from the same call,
 // at the cost of two barriers per collective).
 //
+// # Progress
+//
+// Every collective call records when this rank entered it, in a fixed ring
+// of the recent [ProgressArrivals] calls ([Communicator.Progress]); the
+// call is named the same on every rank of its communicator, so that
+// [rendezvous.Stragglers] can tell, from the ranks' Progress, which rank
+// keeps the others waiting and by how much. A rank of [Init] reports its
+// Progress, and the stacks of its goroutines, to its gorun agent when
+// asked, over its rendezvous connection.
+//
 // # What it does not do
 //
 // It moves host memory only (GPU buffers are NCCL's business), offers only

@@ -183,7 +183,9 @@ func SetupFromEnv() (Setup, error) {
 // connects to every peer (shared memory to the ranks of its host, TCP to
 // the others, unless s.Transport says otherwise), and accepts their
 // connections. Every rank of the world must call it. Closing the
-// communicator closes the connections.
+// communicator closes the connections. A KV that reports progress, as
+// *rendezvous.Client does (SetProgress), is given the communicator's
+// [Communicator.Progress], so that gorun can ask the rank for it.
 func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error) {
 	mode, err := checkSetup(s)
 	if err != nil {
@@ -199,16 +201,26 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 	}
 	e := &endpoint{rank: s.Rank, hosts: make([]int, s.Size), links: make([]*link, s.Size)}
 	e.hosts[s.Rank] = s.Host
+	var c *Communicator
 	if s.Size == 1 {
-		return newWorld(e, s.Size, opts)
+		c, err = newWorld(e, s.Size, opts)
+	} else {
+		c, err = newInitState(s, mode, e, opts.logger()).run(ctx, opts)
 	}
-	st := newInitState(s, mode, e, opts.logger())
-	c, err := st.run(ctx, opts)
 	if err != nil {
 		e.close()
 		return nil, err
 	}
+	if r, ok := s.KV.(progressReporter); ok {
+		r.SetProgress(c.Progress)
+	}
 	return c, nil
+}
+
+// progressReporter is a KV that reports the rank's Progress to gorun, as
+// *rendezvous.Client does.
+type progressReporter interface {
+	SetProgress(func() rendezvous.Progress)
 }
 
 // ParseTransport returns the transport.Mode that a transport setting

@@ -16,6 +16,13 @@
 //     local ranks into one call of a [Fencer], which the agent forwards to
 //     the head (in tests, [Store.Member] is that Fencer).
 //
+// The agent also asks its Go ranks, over their own connections and
+// without a signal, for the stacks of their goroutines ([KVServer.Dump])
+// and for their [Progress] in collective calls ([KVServer.Progress],
+// [KVServer.Final]), which [Stragglers] compares across ranks; it counts
+// every rank's rendezvous requests ([KVServer.Ops], [PMIServer.Ops]) to
+// tell a rank that makes no progress.
+//
 // Nobody waits forever: a fence that cannot complete within its timeout
 // fails with a [*FenceTimeoutError] naming the members that never arrived,
 // and a member that leaves ([Store.Leave]) fails every waiter of its

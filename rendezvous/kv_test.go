@@ -135,6 +135,12 @@ func FuzzKVDecode(f *testing.F) {
 	f.Add(encodeFrame(opPut, "k", "v"))
 	f.Add(encodeFrame(opGet, "k"))
 	f.Add(encodeFrame(opFence))
+	f.Add(encodeFrame(opHello, "secret", "0", featAnswers))
+	f.Add(encodeFrame(opBye))
+	f.Add(encodeFrame(opBye, `{"calls":1}`))
+	f.Add(encodeFrame(opDump, "1"))
+	f.Add(encodeFrame(opProgress, "2"))
+	f.Add(encodeFrame(opAnswer, "1", "goroutine 1 [running]:"))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 'P'})
 	f.Add([]byte{0, 0, 0, 6, 'P', 0xff, 0xff, 0xff, 0xff, 0})
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -155,19 +161,26 @@ func FuzzKVDecode(f *testing.F) {
 	})
 }
 
-// FuzzKVServer sends arbitrary bytes after a valid hello: the server replies
-// or closes, never panics or hangs.
+// FuzzKVServer sends arbitrary bytes after a valid hello (of a client that
+// answers requests, or of an older one), while the server asks for the
+// client's progress: the server replies or closes, never panics or hangs.
 func FuzzKVServer(f *testing.F) {
-	f.Add(encodeFrame(opPut, "k", "v"))
-	f.Add(append(encodeFrame(opPut, "k", "v"), encodeFrame(opGet, "k")...))
-	f.Add([]byte{0x7f, 0xff, 0xff, 0xff})
-	f.Add(encodeFrame(opBye))
+	f.Add(encodeFrame(opPut, "k", "v"), false)
+	f.Add(append(encodeFrame(opPut, "k", "v"), encodeFrame(opGet, "k")...), false)
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff}, false)
+	f.Add(encodeFrame(opBye), false)
+	f.Add(encodeFrame(opBye, `{"calls":3,"arrivals":[{"comm":"world","seq":1,"op":"barrier","at":5}]}`), true)
+	f.Add(encodeFrame(opBye, `{"calls":`), true)
+	f.Add(append(encodeFrame(opFence), encodeFrame(opAnswer, "1", `{"calls":1}`)...), true)
+	f.Add(append(encodeFrame(opAnswer, "1", "{}"), encodeFrame(opAnswer, "1", "{}")...), true)
+	f.Add(append(encodeFrame(opFence), encodeFrame(opPut, "k", "v")...), true)
+	f.Add(encodeFrame(opDump, "1"), true)
 	// The attacks of the security review (3a, 3d) after the hello: a
 	// 1 GiB length, a field longer than its frame, bad UTF-8.
-	f.Add([]byte{0x40, 0, 0, 0, opPut})
-	f.Add([]byte{0, 0, 0, 6, opPut, 0xff, 0xff, 0xff, 0xff, 0})
-	f.Add(encodeFrame(opPut, "k\xff", "\xc0"))
-	f.Fuzz(func(t *testing.T, in []byte) {
+	f.Add([]byte{0x40, 0, 0, 0, opPut}, false)
+	f.Add([]byte{0, 0, 0, 6, opPut, 0xff, 0xff, 0xff, 0xff, 0}, false)
+	f.Add(encodeFrame(opPut, "k\xff", "\xc0"), false)
+	f.Fuzz(func(t *testing.T, in []byte, answers bool) {
 		st, _ := NewStore(1, StoreOptions{FenceTimeout: time.Second})
 		s, err := NewKVServer(KVConfig{Secret: testSecret, Ranks: []int{0}, Fencer: st.Member(0, 0)})
 		if err != nil {
@@ -178,13 +191,77 @@ func FuzzKVServer(f *testing.F) {
 		go func() { defer close(done); s.ServeConn(context.Background(), a) }()
 		go func() { bytesDrain(b) }()
 		b.SetDeadline(time.Now().Add(5 * time.Second))
-		b.Write(encodeFrame(opHello, string(testSecret), "0"))
+		hello := []string{string(testSecret), "0"}
+		if answers {
+			hello = append(hello, featAnswers)
+		}
+		b.Write(encodeFrame(opHello, hello...))
+		asked := make(chan struct{})
+		go func() {
+			defer close(asked)
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			s.Progress(ctx, 0)
+		}()
 		b.Write(in)
 		b.Close()
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
 			t.Fatal("server did not return")
+		}
+		<-asked
+		s.Final(0)
+	})
+}
+
+// FuzzKVClient has a server send arbitrary bytes to a Client after its
+// hello's reply, while the client makes a call: the client answers,
+// fails the call or ends its reader, never panics, and Close returns.
+func FuzzKVClient(f *testing.F) {
+	f.Add(encodeFrame(opDump, "1"))
+	f.Add(append(encodeFrame(opProgress, "7"), encodeFrame(opOK)...))
+	f.Add(encodeFrame(opValue, "v"))
+	f.Add(encodeFrame(opDump))
+	f.Add(append(encodeFrame(opProgress, "1", "2"), encodeFrame(opErr, "no")...))
+	f.Add([]byte{0x7f, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		dir, err := os.MkdirTemp("", "fuzzkv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		l, err := net.Listen("unix", filepath.Join(dir, "s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			go bytesDrain(c)
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			c.Write(encodeFrame(opOK))
+			c.Write(in)
+			time.Sleep(10 * time.Millisecond)
+		}()
+		cl, err := Dial(context.Background(), filepath.Join(dir, "s"), testSecret, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cl.Get("k")
+			cl.Close()
+		}()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("client did not return")
 		}
 	})
 }

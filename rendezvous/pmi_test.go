@@ -576,3 +576,26 @@ func FuzzParseProcessMapping(f *testing.F) {
 		}
 	})
 }
+
+// TestPMIServerOps counts a rank's PMI commands, answered or not.
+func TestPMIServerOps(t *testing.T) {
+	st, _ := NewStore(1, StoreOptions{})
+	s, _ := NewPMIServer(PMIConfig{Size: 1, Ranks: []int{0}, Fencer: st.Member(0, 0)})
+	a, b := net.Pipe()
+	go s.ServeConn(context.Background(), a, 0)
+	c := newPMIClient(t, b)
+	c.call("cmd=init pmi_version=1 pmi_subversion=1")
+	c.call("cmd=get_maxes")
+	c.call("cmd=put kvsname=kvs_gorun_0 key=k value=v")
+	c.call("cmd=barrier_in")
+	c.call("cmd=get kvsname=kvs_gorun_0 key=k")
+	c.call("cmd=bogus")
+	if n := s.Ops(0); n != 6 {
+		t.Errorf("Ops(0) = %d after 6 commands", n)
+	}
+	if n := s.Ops(1); n != 0 {
+		t.Errorf("Ops of a rank not served: %d", n)
+	}
+	b.Close()
+	s.Close()
+}

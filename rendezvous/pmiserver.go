@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -71,6 +72,7 @@ type PMIConfig struct {
 type PMIServer struct {
 	cfg   PMIConfig
 	local *localKV
+	ops   map[int]*atomic.Uint64 // by rank; fixed at NewPMIServer
 
 	mu        sync.Mutex
 	conns     map[net.Conn]bool
@@ -117,7 +119,21 @@ func NewPMIServer(cfg PMIConfig) (*PMIServer, error) {
 	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
 	local.setBudgets(cfg.RankBudget, cfg.JobBudget)
 	local.logf = cfg.Logf
-	return &PMIServer{cfg: cfg, local: local, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
+	ops := map[int]*atomic.Uint64{}
+	for _, r := range cfg.Ranks {
+		ops[r] = new(atomic.Uint64)
+	}
+	return &PMIServer{cfg: cfg, local: local, ops: ops, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
+}
+
+// Ops returns how many PMI commands rank sent so far (init, put, get,
+// barrier_in, ...), or 0 for a rank this server does not serve. A rank
+// whose count stops growing makes no rendezvous calls.
+func (s *PMIServer) Ops(rank int) uint64 {
+	if n, ok := s.ops[rank]; ok {
+		return n.Load()
+	}
+	return 0
 }
 
 func (s *PMIServer) logf(format string, args ...any) {
@@ -255,6 +271,9 @@ func (s *PMIServer) serve(ctx context.Context, c net.Conn, rank int) (err error)
 		}
 		if pc.aborted {
 			continue // the job is being killed; nothing more is answered
+		}
+		if n := s.ops[pc.rank]; n != nil {
+			n.Add(1)
 		}
 		done, err := pc.handle(ctx, line)
 		if done {
