@@ -31,13 +31,45 @@
 // files; CloseRank closes a rank's files. [Mux.Notice] still writes to
 // gorun's stderr.
 //
+// # Merging
+//
+// With [Options.Merge], on gorun's own outputs, a line that several ranks
+// print alike is written once, as "[0-7] text" ("[0,2,4-6] text": runs of
+// three or more ranks as ranges), after the timestamp if asked; lines
+// that differ are written as without merging ("[r] " only with Tag or
+// TagHost). Stdout and stderr are merged apart.
+//
+// A rank's complete lines on a stream form a chain, in its order. Each
+// pending line is in a group (a text and the ranks that printed it), and
+// the groups wait in a queue that keeps every chain's order. A rank's
+// line joins the first group of the same text that comes after the
+// rank's last pending group, or an older one if the rank's last group
+// (with what must stay before it) can move to just before that one
+// without breaking a chain: so a rank that lags behind the others still
+// joins their lines instead of leaving each of its own lines alone. A line
+// that joins nothing starts a group at the tail. The group at the head of
+// the queue is written when every rank still running has joined it (the
+// job's [Options.Ranks]; [Mux.CloseRank] ends a rank, a later Write starts
+// it again), when [Options.MergeWindow] has passed since the first line
+// of the oldest pending group (so no line waits longer than one window),
+// or when more than 64Ki lines (four per rank in larger jobs) or 16 MiB
+// are held. Nothing is dropped: expanding each written line's ranks gives
+// every rank's lines in its order.
+//
+// Partial lines, the rest of a line whose start was written, and lines
+// longer than [MaxPartial] are never merged: they are written as without
+// merging, after the rank's pending groups on that stream are written
+// (the queue up to them goes out first). [Mux.Notice] and [Mux.Close]
+// write every pending group first.
+//
 // The first error writing to an output is returned once; after that the Mux
 // keeps accepting data for that output and discards it, so the job can still
 // finish and other outputs keep flowing.
 //
-// What it does not do: it does not read from agents or pipes, does not
-// rotate, compress or limit files, does not interpret terminal control
-// sequences, and does not protect against an output writer that blocks: all
-// writes to gorun's outputs happen under one lock, so a stalled writer stalls
-// the Mux (ordering is preferred over parallelism).
+// What it does not do: it does not merge lines in directory mode, does not
+// read from agents or pipes, does not rotate, compress or limit files, does
+// not interpret terminal control sequences, and does not protect against an
+// output writer that blocks: all writes to gorun's outputs happen under one
+// lock, so a stalled writer stalls the Mux (ordering is preferred over
+// parallelism).
 package output

@@ -87,6 +87,21 @@ type Options struct {
 	// FlushDelay is how long a partial line waits for its newline before it
 	// is written anyway; 0 (or negative) means DefaultFlushDelay.
 	FlushDelay time.Duration
+
+	// Merge collapses identical lines that several ranks print within
+	// MergeWindow into one line tagged with their ranks (see the package
+	// documentation, "Merging"). It applies to gorun's own outputs only;
+	// it is ignored in directory mode.
+	Merge bool
+	// MergeWindow is how long the first line of a group waits for the
+	// other ranks' identical lines; 0 (or negative) means
+	// DefaultMergeWindow.
+	MergeWindow time.Duration
+	// Ranks is the number of ranks of the job (0 to Ranks-1). With Merge,
+	// a line that every rank still running has printed is written at once
+	// instead of after MergeWindow; 0 means unknown, and every group waits
+	// for its window. [Mux.SetRanks] changes it.
+	Ranks int
 }
 
 // key identifies one (rank, stream).
@@ -116,6 +131,7 @@ type rankState struct {
 	deadline time.Time // when pend must be flushed
 	dirty    bool      // in Mux.dirty
 	fresh    bool      // pend became non-empty in this Write: set deadline
+	cont     bool      // merge mode: the start of the current line was written
 
 	// Directory mode.
 	f           *os.File
@@ -131,15 +147,18 @@ type Mux struct {
 	delay    time.Duration
 	prefixed bool // Tag or Timestamp on gorun's outputs
 
-	mu     sync.Mutex
-	outs   [3]*outState // indexed by Stream
-	ranks  map[key]*rankState
-	dirty  map[*rankState]struct{}
-	armed  bool // the flusher has (or will have) a timer for the earliest deadline
-	closed bool
-	tsT    time.Time // cache for the last formatted timestamp
-	tsB    []byte
-	fbuf   []byte // directory mode batch buffer
+	now func() time.Time // the clock of deadlines and merge windows
+
+	mu      sync.Mutex
+	outs    [3]*outState // indexed by Stream
+	ranks   map[key]*rankState
+	dirty   map[*rankState]struct{}
+	mg      *merger   // with Options.Merge, on gorun's outputs; else nil
+	armedAt time.Time // the flusher wakes by then (zero: no deadline pending)
+	closed  bool
+	tsT     time.Time // cache for the last formatted timestamp
+	tsB     []byte
+	fbuf    []byte // directory mode batch buffer
 
 	wake    chan struct{}
 	done    chan struct{}
@@ -153,6 +172,7 @@ func New(o Options) (*Mux, error) {
 		o:        o,
 		delay:    o.FlushDelay,
 		prefixed: o.Tag || o.TagHost || o.Timestamp,
+		now:      time.Now,
 		ranks:    make(map[key]*rankState),
 		dirty:    make(map[*rankState]struct{}),
 	}
@@ -178,6 +198,9 @@ func New(o Options) (*Mux, error) {
 		m.outs[Stderr] = m.outs[Stdout]
 	} else {
 		m.outs[Stderr] = &outState{w: o.Stderr}
+	}
+	if o.Merge {
+		m.mg = newMerger(o.MergeWindow, o.Ranks)
 	}
 	m.wake = make(chan struct{}, 1)
 	m.done = make(chan struct{})
@@ -212,35 +235,55 @@ func (m *Mux) Write(rank int, s Stream, t time.Time, p []byte) error {
 		return st.report()
 	}
 	if len(p) > 0 {
-		if m.prefixed {
+		switch {
+		case m.mg != nil:
+			m.writeMerged(st, t, p)
+			m.flushOuts()
+		case m.prefixed:
 			m.writePrefixed(st, t, p)
-		} else {
+			st.out.flush()
+		default:
 			m.writeRaw(st, p)
+			st.out.flush()
 		}
-		st.out.flush()
 		if len(st.pend) == 0 {
 			st.fresh = false
 			m.clean(st)
 		} else if st.fresh {
 			// A new partial line started: its own delay starts now.
 			st.fresh = false
-			st.deadline = time.Now().Add(m.delay)
+			st.deadline = m.now().Add(m.delay)
 			if !st.dirty {
 				st.dirty = true
 				m.dirty[st] = struct{}{}
 			}
-			if !m.armed {
-				// Deadlines only grow, so an armed flusher already has
-				// an earlier one; otherwise wake it up.
-				m.armed = true
-				select {
-				case m.wake <- struct{}{}:
-				default:
-				}
-			}
+			m.arm(st.deadline)
 		}
 	}
 	return st.out.report()
+}
+
+// arm makes sure that the flusher wakes by deadline d: an armed flusher
+// with an earlier deadline is left alone, otherwise it is woken up to
+// look again.
+func (m *Mux) arm(d time.Time) {
+	if !m.armedAt.IsZero() && !d.Before(m.armedAt) {
+		return
+	}
+	m.armedAt = d
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// flushOuts writes the batches of gorun's outputs.
+func (m *Mux) flushOuts() {
+	for _, out := range m.outs[1:] {
+		if out != nil {
+			out.flush()
+		}
+	}
 }
 
 // state returns the state of (rank, s), creating it.
@@ -374,6 +417,11 @@ func (m *Mux) timestamp(t time.Time) []byte {
 func (m *Mux) flushPartial(st *rankState, final bool) {
 	out := st.out
 	if len(st.pend) > 0 {
+		if m.mg != nil {
+			// The rank's complete lines held for merging go first.
+			m.forceRank(st.k)
+			st.cont = !final
+		}
 		if m.prefixed {
 			m.lineStart(st, st.pendT)
 			out.midLine, out.owner = true, st.k
@@ -388,7 +436,8 @@ func (m *Mux) flushPartial(st *rankState, final bool) {
 	m.clean(st)
 }
 
-// flusher writes partial lines whose FlushDelay has passed.
+// flusher writes partial lines whose FlushDelay has passed, and merged
+// lines whose MergeWindow has.
 func (m *Mux) flusher() {
 	defer close(m.stopped)
 	timer := time.NewTimer(time.Hour)
@@ -406,22 +455,35 @@ func (m *Mux) flusher() {
 			m.mu.Unlock()
 			return
 		}
-		now := time.Now()
-		var next time.Time
-		for st := range m.dirty {
-			if !st.deadline.After(now) {
-				m.flushPartial(st, false)
-				st.out.flush()
-			} else if next.IsZero() || st.deadline.Before(next) {
-				next = st.deadline
-			}
-		}
-		m.armed = !next.IsZero()
+		next := m.expire(m.now())
 		m.mu.Unlock()
 		if !next.IsZero() {
-			timer.Reset(time.Until(next))
+			timer.Reset(next.Sub(m.now()))
 		}
 	}
+}
+
+// expire writes what is due at now: partial lines whose FlushDelay has
+// passed and merge groups whose window has. It returns the next deadline
+// (zero if none) and arms the flusher for it.
+func (m *Mux) expire(now time.Time) time.Time {
+	var next time.Time
+	for st := range m.dirty {
+		if !st.deadline.After(now) {
+			m.flushPartial(st, false)
+		} else if next.IsZero() || st.deadline.Before(next) {
+			next = st.deadline
+		}
+	}
+	if m.mg != nil {
+		m.drain(now)
+		if d := m.mg.nextDue(); !d.IsZero() && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	m.flushOuts()
+	m.armedAt = next
+	return next
 }
 
 // CloseRank records that rank has exited: its partial lines are written now
@@ -433,6 +495,9 @@ func (m *Mux) CloseRank(rank int) error {
 	if m.closed {
 		return ErrClosed
 	}
+	if m.mg != nil {
+		m.mg.ended(rank)
+	}
 	var errs []error
 	for _, s := range []Stream{Stdout, Stderr} {
 		st := m.ranks[key{rank, s}]
@@ -440,6 +505,11 @@ func (m *Mux) CloseRank(rank int) error {
 			continue
 		}
 		errs = append(errs, m.closeState(st))
+	}
+	if m.mg != nil {
+		// A group that waited for this rank may be complete now.
+		m.drain(m.now())
+		m.flushOuts()
 	}
 	return errors.Join(errs...)
 }
@@ -472,6 +542,9 @@ func (m *Mux) Close() error {
 		return nil
 	}
 	m.closed = true
+	if m.mg != nil {
+		m.drainAll()
+	}
 	states := make([]*rankState, 0, len(m.ranks))
 	for _, st := range m.ranks {
 		states = append(states, st)
@@ -634,6 +707,11 @@ func (m *Mux) Notice(msg string) {
 	out := m.outs[Stderr]
 	if out == nil {
 		return
+	}
+	if m.mg != nil {
+		// The ranks' lines that arrived before the message come before it.
+		m.drainAll()
+		m.flushOuts()
 	}
 	if so := m.outs[Stdout]; so != nil && so != out && m.o.SameTerminal {
 		// Both land on one screen: end the line a rank left open there.
