@@ -2,6 +2,9 @@
 # launch.sh - launch time of `gorun -np K /bin/true` against Open MPI's mpirun and
 # MPICH's mpiexec.hydra, side by side in one run, plus gorun's peak RSS at K=64.
 #
+# gorun runs twice: as users run it (publishing the job for gorun ps, status and stacks:
+# a job file and a TLS socket) and with --jobs-dir off, to show what publishing costs.
+#
 # Usage: bench/launch.sh            (from anywhere; `make bench` calls it)
 # Env:   RUNS     timed runs per tool and K (default 20), after WARMUP (default 2)
 #        KS       rank counts (default "1 8 32 64")
@@ -71,7 +74,8 @@ for k in $KS; do
   echo "K=$k..." >&2
   "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
     --json "$OUT/launch-np$k.json" --tag "np$k" \
-    "gorun=$GORUN -np $k /bin/true" \
+    "gorun=$GORUN --jobs-dir $SCRATCH/jobs -np $k /bin/true" \
+    "gorun-nojobs=$GORUN --jobs-dir off -np $k /bin/true" \
     "openmpi=$OMPI $OMPI_ARGS -np $k /bin/true" \
     "mpich=$HYDRA -n $k /bin/true" >> "$OUT/summary.tsv" || true
 done

@@ -53,6 +53,19 @@ def main(paths):
         hangs = " / ".join(str(t[l]["hangs"]) if l in t else "-" for l in labels)
         fails = " / ".join(str(t[l]["failures"]) if l in t else "-" for l in labels)
         print(f"| {k} | {cell(g)} | {cell(t.get('openmpi'))} | {cell(t.get('mpich'))} | {ratio} | {hangs} | {fails} | {d['runs']} |")
+    # The job socket's cost: gorun against gorun --jobs-dir off, where measured.
+    if any("gorun-nojobs" in t for _, t, _ in rows):
+        print()
+        print("| K | gorun ms (job socket and file) | gorun --jobs-dir off ms | ratio |")
+        print("|---|---|---|---|")
+        for k, t, _ in rows:
+            print(f"| {k} | {cell(t.get('gorun'))} | {cell(t.get('gorun-nojobs'))} | {ratio_of(t.get('gorun'), t.get('gorun-nojobs'))} |")
+
+
+def ratio_of(g, p):
+    if not g or not p or g["median"] is None or p["median"] is None:
+        return "-"
+    return f"{g['median'] / p['median']:.2f}"
 
 
 def ratio(g, p):

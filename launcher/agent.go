@@ -83,6 +83,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
+	stacksDir string // where the ranks' Python hook writes its dumps; "" = none
+	cpuMu     sync.Mutex
+	cpuPrev   map[int]cpuSample // by pid: each rank's CPU time at the last status probe
+
 	pmi       *pmiState  // this generation's PMI-1 server
 	pmix      *pmixState // this generation's PMIx server, when the program needs one
 	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets

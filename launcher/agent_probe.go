@@ -4,14 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gorun/gorun/env"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/procfs"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/stacks"
 )
 
 // defaultProbeTimeout bounds an agent's answer to a probe whose Timeout is
 // unset.
 const defaultProbeTimeout = 10 * time.Second
+
+// probeWorkers bounds the ranks an agent reads at once for one probe.
+const probeWorkers = 8
 
 // answerProbe answers one of the head's probes, in its own goroutine: a
 // probe reads the ranks and the host and changes nothing in them.
@@ -46,12 +58,187 @@ func (a *agent) answerProbe(q control.Probe) {
 	a.w.Send(control.TypeProbeRe, rep)
 }
 
-// probeStacks returns every local rank's stacks.
-func (a *agent) probeStacks(ctx context.Context) (any, error) {
-	return nil, fmt.Errorf("stacks: not yet")
+// liveRank is a rank that a probe reads.
+type liveRank struct {
+	rank, pid int
+	start     time.Time
 }
 
-// probeStatus returns every local rank's state.
+// probeView is what a probe reads of the agent: the ranks running now,
+// by rank, the generation's KV and PMI servers (nil if none), and the
+// Python hook's directory.
+type probeView struct {
+	ranks     []liveRank
+	kv        *rendezvous.KVServer
+	pmi       *rendezvous.PMIServer
+	stacksDir string
+}
+
+// view takes a probe's view of the agent.
+func (a *agent) view() probeView {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]liveRank, 0, len(a.byPID))
+	for pid, p := range a.byPID {
+		out = append(out, liveRank{p.rank, pid, p.start})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rank < out[j].rank })
+	v := probeView{ranks: out, stacksDir: a.stacksDir}
+	if a.pmi != nil {
+		v.kv, v.pmi = a.pmi.kv, a.pmi.srv
+	}
+	return v
+}
+
+// eachRank runs f for every live rank, probeWorkers at a time, and
+// returns the results in rank order.
+func eachRank[T any](ranks []liveRank, f func(liveRank) T) []T {
+	out := make([]T, len(ranks))
+	sem := make(chan struct{}, probeWorkers)
+	var wg sync.WaitGroup
+	for i, r := range ranks {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i] = f(r)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// probeStacks returns every local rank's stacks: a Go rank connected to
+// the KV server dumps its goroutines through that connection; any other
+// rank is read by package stacks (native tools, the Python hook).
+func (a *agent) probeStacks(ctx context.Context) (any, error) {
+	if a.simulated() {
+		return []stacks.Rank{}, nil
+	}
+	v := a.view()
+	kv := v.kv
+	opt := stacks.Options{StacksDir: v.stacksDir}
+	return eachRank(v.ranks, func(r liveRank) stacks.Rank {
+		sr := stacks.Rank{Rank: r.rank, Host: a.o.Host, PID: r.pid}
+		if kv != nil {
+			if dump, err := kv.Dump(ctx, r.rank); err == nil {
+				p, _ := stacks.ProcInfo(kvPID(kv, r))
+				p.Lang, p.Method, p.Threads = "go", "go-client", stacks.ParseGo(dump)
+				sr.Procs = []stacks.Proc{p}
+				return sr
+			}
+		}
+		procs, err := stacks.Collect(ctx, r.pid, opt)
+		sr.Procs = procs
+		if err != nil {
+			sr.Err = err.Error()
+		}
+		return sr
+	}), nil
+}
+
+// kvPID is the pid of the rank's process that holds its KV connection,
+// or the rank's own.
+func kvPID(kv *rendezvous.KVServer, r liveRank) int {
+	if pid := kv.PeerPID(r.rank); pid > 0 {
+		return pid
+	}
+	return r.pid
+}
+
+// cpuSample is a rank's CPU time at one status probe.
+type cpuSample struct {
+	at  time.Time
+	cpu float64
+}
+
+// probeStatus returns every local rank's state: its processes' CPU time
+// and resident memory summed, its main process's state, its CPU use
+// since the last probe, and its rendezvous and collective calls.
 func (a *agent) probeStatus(ctx context.Context) (any, error) {
-	return nil, fmt.Errorf("status: not yet")
+	if a.simulated() {
+		return []control.RankStatus{}, nil
+	}
+	v := a.view()
+	kv, ranks := v.kv, v.ranks
+	now := time.Now()
+	out := eachRank(ranks, func(r liveRank) control.RankStatus {
+		s := control.RankStatus{Rank: r.rank, PID: r.pid, State: "exited"}
+		if p, err := stacks.ProcInfo(r.pid); err == nil {
+			s.State = p.State
+		}
+		for _, pid := range tree(r.pid, 64) {
+			if p, err := stacks.ProcInfo(pid); err == nil {
+				s.CPU += p.CPU
+			}
+			s.RSSKB += statusKB(pid, "VmRSS")
+		}
+		if kv != nil {
+			s.Ops = kv.Ops(r.rank)
+			if p, err := kv.Progress(ctx, r.rank); err == nil {
+				s.Coll, _ = json.Marshal(p)
+			}
+		}
+		if v.pmi != nil {
+			s.Ops += v.pmi.Ops(r.rank)
+		}
+		return s
+	})
+	a.cpuMu.Lock()
+	defer a.cpuMu.Unlock()
+	if a.cpuPrev == nil {
+		a.cpuPrev = map[int]cpuSample{}
+	}
+	for i, r := range ranks {
+		prev, ok := a.cpuPrev[r.pid]
+		if !ok {
+			prev = cpuSample{at: r.start}
+		}
+		if dt := now.Sub(prev.at).Seconds(); dt > 0 {
+			out[i].CPUPercent = 100 * (out[i].CPU - prev.cpu) / dt
+		}
+		a.cpuPrev[r.pid] = cpuSample{now, out[i].CPU}
+	}
+	return out, nil
+}
+
+// tree lists pid and its descendants, at most max.
+func tree(pid, max int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out) && len(out) < max; i++ {
+		out = append(out, procfs.Proc.Children(out[i])...)
+	}
+	return out[:min(len(out), max)]
+}
+
+// statusKB reads a "Key: N kB" line of /proc/PID/status; 0 if absent.
+func statusKB(pid int, key string) int64 {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0
+	}
+	return procfs.ParseStatusKB(b, key)
+}
+
+// prepareStacks makes the directory where the ranks' Python hook writes
+// its dumps, with the hook, once per agent; "" (no hook) if it cannot,
+// or for simulated ranks. Called with a.mu held.
+func (a *agent) prepareStacks() string {
+	if a.stacksDir != "" || a.simulated() {
+		return a.stacksDir
+	}
+	if a.ensureSockDir() != nil {
+		return ""
+	}
+	dir := filepath.Join(a.sockDir, "stacks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		a.log.printf("no Python stacks hook: %v", err)
+		return ""
+	}
+	if err := stacks.WritePythonHook(env.StacksHookDir(dir)); err != nil {
+		a.log.printf("no Python stacks hook: %v", err)
+		return ""
+	}
+	a.stacksDir = dir
+	return dir
 }

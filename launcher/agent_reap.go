@@ -5,6 +5,7 @@
 package launcher
 
 import (
+	"encoding/json"
 	"os"
 	"syscall"
 	"time"
@@ -87,8 +88,13 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 	}
 	e.StderrTail = p.tail.String()
 	a.mu.Lock()
-	px := a.pmix
+	px, pmi := a.pmix, a.pmi
 	a.mu.Unlock()
+	if pmi != nil && pmi.kv != nil {
+		if prog, ok := pmi.kv.Final(p.rank); ok {
+			e.Coll, _ = json.Marshal(prog)
+		}
+	}
 	early := e.Code == 0 && e.Signal == 0 && px != nil && px.gen == e.Generation && px.leftEarly(p.rank)
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -7,6 +7,7 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/stacks"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -46,6 +47,7 @@ type launchPlan struct {
 	path             string           // the program, once resolved
 	pmixEnv          map[int][]string // by rank, when the program needs PMIx
 	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
+	stacksDir        string           // where the ranks' Python hook writes its dumps; "" = no hook
 }
 
 // newLaunchPlan computes the ranks' bindings for l.
@@ -76,6 +78,7 @@ func (p *launchPlan) environ(i int) []string {
 		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
 		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
+		StacksDir: p.stacksDir, StacksSignal: stacks.DumpSignal,
 	}, l.Exports)
 }
 
@@ -95,6 +98,7 @@ func (a *agent) launch(l control.Launch) {
 		ooms = oomKills()
 	}
 	a.restartPMI(p)
+	p.stacksDir = a.prepareStacks()
 	if code, msg := a.prepare(p); msg != "" {
 		for _, s := range l.Ranks {
 			a.failRank(l.Generation, s.Rank, code, msg)
@@ -115,6 +119,9 @@ func (a *agent) printEnv(p *launchPlan) {
 	if len(l.Secret) >= 16 && a.ensureSockDir() == nil {
 		p.kvSock, p.kvSecret = filepath.Join(a.sockDir, kvSockName(l.Generation)), l.Secret
 	}
+	a.mu.Lock()
+	p.stacksDir = a.prepareStacks()
+	a.mu.Unlock()
 	for i, s := range l.Ranks {
 		if s.Rank == l.PrintEnv-1 {
 			a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: p.environ(i)})
@@ -228,7 +235,7 @@ func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms in
 		if rp.stdin != nil {
 			a.stdin[s.Rank] = rp.stdin
 		}
-		started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: rp.pid, Time: rp.start})
+		started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: rp.pid, Time: rp.start, Binding: bindingOf(p.binding(i))})
 	}
 	if len(started.Ranks) > 0 {
 		a.w.Send(control.TypeStarted, started)

@@ -23,19 +23,14 @@ package launcher
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/selfcert"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"strings"
@@ -74,29 +69,11 @@ type headIdentity struct {
 // newHeadIdentity makes a self-signed certificate with a fresh key. Its
 // name and validity matter to nobody: the agents pin its fingerprint.
 func newHeadIdentity() (*headIdentity, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, fp, err := selfcert.New("gorun head")
 	if err != nil {
-		return nil, fmt.Errorf("head key: %w", err)
+		return nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, fmt.Errorf("head certificate: %w", err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "gorun head"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(366 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, fmt.Errorf("head certificate: %w", err)
-	}
-	sum := sha256.Sum256(der)
-	return &headIdentity{cert: tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, fingerprint: hex.EncodeToString(sum[:])}, nil
+	return &headIdentity{cert: cert, fingerprint: fp}, nil
 }
 
 // agentProof is what an agent sends: HMAC-SHA256 over a label, its node

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/jobs"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/sshclient"
+	"github.com/gorun/gorun/stacks"
 )
 
 // Exit codes of gorun itself. A job whose rank failed exits with that
@@ -34,6 +37,7 @@ const (
 	ExitNotExec     = 126 // the program exists but cannot be executed
 	ExitNotFound    = 127 // the program was not found
 	ExitTimeout     = 124 // --timeout expired
+	ExitHang        = 123 // no rank made progress for --hang-timeout
 	exitSignalStart = 128 // 128+N: a rank was killed by signal N, or gorun got signal N
 )
 
@@ -43,27 +47,38 @@ type Options struct {
 	Hosts         []hostfile.Host // where ranks may run
 	ImplicitHosts bool            // Hosts is the embedded localhost default, not the user's
 	Plan          PlanOptions
-	Exports       []env.Export // -x
-	DisplayMap    bool         // print the plan
-	DryRun        bool         // stop after the plan
-	PrintEnv      int          // print rank PrintEnv's environment and stop; -1 = off
-	Tag           bool         // --tag-output
-	Timestamp     bool         // --timestamp-output
-	OutputDir     string       // --output-filename
-	StdinRank     int          // rank that gets gorun's stdin; -1 = none
+	Exports       []env.Export  // -x
+	DisplayMap    bool          // print the plan
+	DryRun        bool          // stop after the plan
+	PrintEnv      int           // print rank PrintEnv's environment and stop; -1 = off
+	Tag           bool          // --tag-output
+	Timestamp     bool          // --timestamp-output
+	MergeOutput   bool          // --merge-output: identical lines of several ranks as one
+	MergeWindow   time.Duration // --merge-window; 0 = output.DefaultMergeWindow
+	OutputDir     string        // --output-filename
+	StdinRank     int           // rank that gets gorun's stdin; -1 = none
 	Grace         time.Duration
 	Timeout       time.Duration // 0 = none
 	MaxRestarts   int
-	SummaryJSON   string        // --summary-json file
-	Iface         string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
-	Plugin        env.Plugin    // --plugin, --plugin-dir, --plugin-opt, --transport-fallback: for Go ranks' collectives
-	Fanout        int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat; FanoutAuto: by the host count
-	BindTo        string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
-	CPUsPerRank   int           // --cpus-per-rank
-	GPUBind       string        // --gpu-bind: all ("" too: every GPU visible to every rank) or single
-	ReportBind    bool          // --report-bindings
-	SSH           control.SSH   // how to reach other hosts
-	BeatTimeout   time.Duration // remote agents silent this long are lost; 0 = 5s
+	SummaryJSON   string // --summary-json file
+	RecordDir     string // --record: the directory the job's record (package jobrecord) is written into; "" = none
+	// HangTimeout reports a job in which no rank made progress for this
+	// long (--hang-timeout); 0 = never. OnHang says what follows:
+	// OnHangStop ("" too) or OnHangReport.
+	HangTimeout time.Duration
+	OnHang      string
+	// JobsDir is where the job file goes (gorun ps, status, stacks); ""
+	// = jobs.Dir(), "off" = nowhere.
+	JobsDir     string
+	Iface       string        // --iface: MASTER_ADDR is this interface's address on rank 0's host
+	Plugin      env.Plugin    // --plugin, --plugin-dir, --plugin-opt, --transport-fallback: for Go ranks' collectives
+	Fanout      int           // --launch-fanout: the head starts this many agents, agents the rest; 0 = flat; FanoutAuto: by the host count
+	BindTo      string        // --bind-to: none, core, numa, package, gpu; "" = gpu where GPUs are, else none
+	CPUsPerRank int           // --cpus-per-rank
+	GPUBind     string        // --gpu-bind: all ("" too: every GPU visible to every rank) or single
+	ReportBind  bool          // --report-bindings
+	SSH         control.SSH   // how to reach other hosts
+	BeatTimeout time.Duration // remote agents silent this long are lost; 0 = 5s
 	// RendezvousTimeout bounds a fence (PMI barrier) from its first host
 	// on; 0 = 5 minutes.
 	RendezvousTimeout time.Duration
@@ -299,6 +314,24 @@ type head struct {
 	fenceKey   [2]int // the generation and number of the fence whose answer fenceBytes is
 	fenceBytes []byte
 
+	// What the job socket and the hang watch read while the loop runs.
+	jobsrv   *jobs.Server
+	probes   probeSet
+	live     []rankLive   // by rank
+	gen      atomic.Int32 // the current generation
+	launched atomic.Bool  // the first generation was launched
+	hang     *stacks.Verdict
+	// For --record: each rank's binding, and the hosts' descriptions
+	// (hostInfo, done once the agents answered).
+	binds    []control.Binding
+	hostInfo map[int]control.ProbeReply
+	infoDone chan struct{}
+	// finalProg is what Go ranks' collectives reported as they ended
+	// (loop-owned), for the summary's stragglers.
+	finalProg map[int]rendezvous.Progress
+	// firstFence is when the first fence completed (phases.FirstFence).
+	firstFence atomic.Int64
+
 	topoFirst     string // the first host's topology summary (when bound)
 	topoFirstNode int
 	topoWarned    map[int]bool
@@ -314,15 +347,40 @@ func (h *head) run(ctx context.Context) (int, error) {
 		return ExitUsage, fmt.Errorf("%w: --output-filename: %w", ErrUsage, err)
 	}
 	defer h.mux.Close()
+	h.publish()
+	defer h.unpublish()
 	if done, code, err := h.prepare(ctx); done {
 		h.stopAgents()
+		if h.o.RecordDir != "" && err != nil {
+			h.writeRecord(context.Background(), Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks),
+				Reason: "not-started", Message: err.Error(), ExitCode: code})
+		}
 		if err != nil && ctx.Err() != nil {
 			return exitCancelled, h.cancelled(ctx)
 		}
 		return code, err
 	}
+	h.live = make([]rankLive, len(h.plan.Ranks))
+	if h.o.RecordDir != "" {
+		h.binds = make([]control.Binding, len(h.plan.Ranks))
+		h.infoDone = make(chan struct{})
+	}
+	if h.o.HangTimeout > 0 {
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go h.watchHang(wctx)
+	}
 	res := h.generations(ctx, sigs)
+	h.setState("stopping")
 	h.phases.AllExited = time.Since(h.start)
+	h.phases.FirstFence = time.Duration(h.firstFence.Load())
+	if h.infoDone != nil {
+		// The agents' answers about their hosts, before they go.
+		select {
+		case <-h.infoDone:
+		case <-time.After(infoTimeout + 3*time.Second):
+		}
+	}
 	h.stopAgents()
 	h.mux.Close()
 	code := h.summarize(res)
@@ -344,6 +402,7 @@ func (h *head) openOutput() error {
 		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
 		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
 		Timestamp: o.Timestamp, Dir: o.OutputDir, SameTerminal: sameFile(o.Stdout, o.Stderr),
+		Merge: o.MergeOutput, MergeWindow: o.MergeWindow, Ranks: len(h.plan.Ranks),
 	})
 	if err != nil {
 		return err
@@ -432,6 +491,7 @@ func (h *head) replan() error {
 			ErrPlan, o.MapBy, o.NP, len(h.plan.Nodes)-len(p.Nodes), len(h.plan.Nodes), o.MapBy)
 	}
 	h.plan = p
+	h.mux.SetRanks(len(p.Ranks))
 	return nil
 }
 

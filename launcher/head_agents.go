@@ -281,6 +281,8 @@ func (h *head) inBand(a *agentConn, f control.Frame) (bool, error) {
 		return true, h.relayFrom(f)
 	case control.TypeSpawnErr:
 		return true, h.spawnFailed(f)
+	case control.TypeProbeRe:
+		return true, h.probes.deliver(a.node, f)
 	default:
 		return false, nil
 	}
@@ -292,6 +294,9 @@ func (h *head) inBand(a *agentConn, f control.Frame) (bool, error) {
 // (EPIPE) must not.
 func (h *head) output(a *agentConn, f control.Frame) {
 	out, err := f.Output()
+	if err == nil && out.Rank >= 0 && out.Rank < len(h.live) {
+		h.live[out.Rank].lastOut.Store(time.Now().UnixNano())
+	}
 	if err == nil {
 		err = h.mux.Write(out.Rank, output.Stream(out.Stream), out.Time, out.Data)
 	}

@@ -2,8 +2,10 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/rendezvous"
 	"os"
 	"strings"
 	"syscall"
@@ -29,6 +31,7 @@ const (
 	reasonAgentLost                // an agent was lost
 	reasonOutputLost               // a rank's --output-filename file failed
 	reasonCancelled                // Run's context was cancelled
+	reasonHang                     // no rank made progress for --hang-timeout
 )
 
 // result is how a generation ended.
@@ -121,9 +124,17 @@ func (h *head) restart(ctx context.Context, gen int, res result) bool {
 // generation runs one start of the whole job until every agent is done.
 func (h *head) generation(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) result {
 	g := h.newGen(ctx, gen, sigs, timeout)
+	for i := range h.live {
+		h.live[i].ended.Store(nil)
+	}
+	h.gen.Store(int32(gen))
 	if err := g.launch(); err != nil {
 		return result{reason: reasonAgentLost, lost: err.Error()}
 	}
+	if !h.launched.Swap(true) && h.infoDone != nil {
+		go h.askHosts(ctx)
+	}
+	h.setState("running")
 	if gen == 0 && h.o.StdinRank >= 0 {
 		go h.pumpStdin(h.agents[h.plan.Ranks[h.o.StdinRank].Node], h.o.StdinRank)
 	}
@@ -202,6 +213,8 @@ func (g *genState) handle(e event) {
 		g.onGraceExpired()
 	case cancelled:
 		g.onCancelled(e)
+	case hangDetected:
+		g.onHang(e)
 	}
 	// envReply, routeReply, checkReply: answers that nobody waits for
 	// during a generation.
@@ -220,6 +233,7 @@ func (g *genState) end(r result) bool {
 // stop tells every agent to stop its ranks: SIGTERM, SIGKILL after grace.
 func (g *genState) stop(grace time.Duration) {
 	g.stopping = true
+	g.h.setState("stopping")
 	for _, a := range g.h.agents {
 		if !a.gone {
 			a.w.Send(control.TypeKill, control.Kill{Grace: grace})
@@ -258,6 +272,9 @@ func (g *genState) onStarted(e ranksStarted) {
 	for _, rs := range e.Ranks {
 		r := &h.rec[rs.Rank]
 		r.PID, r.Start = rs.PID, rs.Time
+		if rs.Binding != nil && h.binds != nil {
+			h.binds[rs.Rank] = *rs.Binding
+		}
 	}
 	g.started += len(e.Ranks)
 	if e.Report != "" {
@@ -277,6 +294,19 @@ func (g *genState) onExited(e rankExited) {
 	}
 	r := &g.h.rec[e.Rank]
 	r.update(&e.Exited)
+	if e.Rank < len(g.h.live) {
+		how := r.describe()
+		g.h.live[e.Rank].ended.Store(&how)
+	}
+	if len(e.Coll) > 0 {
+		var p rendezvous.Progress
+		if json.Unmarshal(e.Coll, &p) == nil {
+			if g.h.finalProg == nil {
+				g.h.finalProg = map[int]rendezvous.Progress{}
+			}
+			g.h.finalProg[e.Rank] = p
+		}
+	}
 	if r.failed() && !e.Stopped {
 		first := *r
 		if g.end(result{reason: reasonFailed, first: &first}) {
@@ -392,6 +422,9 @@ func (g *genState) onSignal(e signalReceived) {
 // onTimeout: --timeout expired; the job stops.
 func (g *genState) onTimeout() {
 	g.timeout = nil
+	if !g.stopping {
+		g.h.timeoutVerdict(g.ctx)
+	}
 	g.end(result{reason: reasonTimeout})
 	g.h.notef("gorun: --timeout %v expired: stopping the job\n", g.h.o.Timeout)
 	g.stop(g.h.o.Grace)

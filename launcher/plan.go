@@ -3,6 +3,7 @@ package launcher
 import (
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/intranges"
 	"io"
 	"strconv"
 	"strings"
@@ -364,25 +365,7 @@ func (p *Plan) Format(w io.Writer) error {
 }
 
 // Ranges formats ascending ints compactly: 0-3,8,10-11.
-func Ranges(v []int) string {
-	var b strings.Builder
-	for i := 0; i < len(v); {
-		j := i
-		for j+1 < len(v) && v[j+1] == v[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(v[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(v[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
-}
+func Ranges(v []int) string { return intranges.Format(v) }
 
 func plural(n int, word string) string {
 	if n == 1 {

@@ -1,8 +1,11 @@
 package launcher
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gorun/gorun/rendezvous"
+	"github.com/gorun/gorun/stacks"
 	"io"
 	"os"
 	"strings"
@@ -78,6 +81,9 @@ type Phases struct {
 	AgentsUp     time.Duration `json:"agents_up_ns"` // every agent said hello
 	RanksStarted time.Duration `json:"ranks_started_ns"`
 	AllExited    time.Duration `json:"all_exited_ns"`
+	// FirstFence is when the first rendezvous fence (PMI barrier)
+	// completed; 0 if there was none.
+	FirstFence time.Duration `json:"first_fence_ns,omitempty"`
 }
 
 // Summary is the record --summary-json writes.
@@ -95,6 +101,12 @@ type Summary struct {
 	Phases       Phases        `json:"phases"`
 	HeadMaxRSS   int64         `json:"head_max_rss_kb"`
 	Agents       []AgentRecord `json:"agents"`
+	// Hang is where every rank was when the job was found hung
+	// (--hang-timeout) or when --timeout expired.
+	Hang *stacks.Verdict `json:"hang,omitempty"`
+	// Stragglers compares when Go ranks entered their last collective
+	// calls (up to 1,024 of them): the rank last in most of them.
+	Stragglers *rendezvous.StragglerReport `json:"stragglers,omitempty"`
 }
 
 // AgentRecord is one agent's figures.
@@ -121,6 +133,9 @@ func (h *head) summarize(res result) int {
 			fmt.Fprintf(w, "gorun: --summary-json: %v\n", err)
 		}
 	}
+	if h.o.RecordDir != "" {
+		h.writeRecord(context.Background(), s)
+	}
 	return s.ExitCode
 }
 
@@ -128,7 +143,12 @@ func (h *head) summarize(res result) int {
 // figures of the head's and agents' memory, and what gorun prints about
 // it (nothing for a success).
 func (h *head) summary(res result) (Summary, string) {
-	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases}
+	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang}
+	if len(h.finalProg) > 0 {
+		if rep := rendezvous.Stragglers(h.finalProg); rep.Calls > 0 {
+			s.Stragglers = &rep
+		}
+	}
 	for _, n := range h.plan.Nodes {
 		s.Hosts = append(s.Hosts, n.Host.Name)
 	}
@@ -164,10 +184,17 @@ func (h *head) summary(res result) (Summary, string) {
 		if stopped > 0 {
 			fmt.Fprintf(w, "gorun: %d rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)
 		}
+	case reasonHang:
+		s.Reason, s.ExitCode = "hang", ExitHang
+		s.Message = fmt.Sprintf("no rank made progress for --hang-timeout %v; %d rank(s) were stopped", h.o.HangTimeout, stopped)
+		fmt.Fprintf(w, "gorun: job %s ended: %s\n", h.jobID, s.Message)
 	case reasonCancelled:
 		s.Reason, s.ExitCode = "cancelled", exitCancelled
 		s.Message = fmt.Sprintf("it was cancelled; %d rank(s) were stopped", stopped)
 		fmt.Fprintf(w, "gorun: job %s ended: %s\n", h.jobID, s.Message)
+	}
+	if res.reason != reasonSuccess && s.Stragglers != nil {
+		fmt.Fprintf(w, "gorun: stragglers in the Go ranks' collectives: %s\n", s.Stragglers)
 	}
 	return s, w.String()
 }

@@ -36,6 +36,7 @@ EXIT STATUS:
    N        the first rank to fail exited with N (its summary names it)
    128+N    the first rank to fail was killed by signal N, or gorun got signal N
    2        usage, configuration, host list or plan error: nothing started
+   123      no rank made progress for --hang-timeout
    124      --timeout expired
    125      gorun itself failed while the job ran (an agent was lost, or a
             rank's --output-filename file could not be written)
@@ -131,7 +132,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 					return runCheck(c, stdout)
 				},
 			},
+			showCommand(stdout),
 			topoCommand(stdout),
+			psCommand(stdout),
+			statusCommand(stdout),
+			stacksCommand(stdout),
 			benchCommand(stdout, stderr),
 			pluginsCommand(stdout, stderr),
 			{
@@ -301,7 +306,12 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 			return launcher.Options{}, usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
 	}
-	for _, n := range []string{"grace-period", "timeout"} {
+	switch get("on-hang") {
+	case launcher.OnHangStop, launcher.OnHangReport:
+	default:
+		return launcher.Options{}, usage(fmt.Errorf("--on-hang %q: want stop or report", get("on-hang")))
+	}
+	for _, n := range []string{"grace-period", "timeout", "hang-timeout", "merge-window"} {
 		if dur(n) < 0 {
 			return launcher.Options{}, usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
 		}
@@ -331,8 +341,10 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 			Oversubscribe: flag("oversubscribe"), Source: desc},
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
+		MergeOutput: flag("merge-output"), MergeWindow: dur("merge-window"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
-		SummaryJSON: get("summary-json"), Stdout: stdout, Stderr: stderr, Version: version,
+		SummaryJSON: get("summary-json"), RecordDir: get("record"), HangTimeout: dur("hang-timeout"), OnHang: get("on-hang"), JobsDir: get("jobs-dir"),
+		Stdout: stdout, Stderr: stderr, Version: version,
 		Iface: get("iface"), Plugin: plugin, Fanout: fanout, BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,

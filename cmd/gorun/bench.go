@@ -150,7 +150,7 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 		set(collectives.EnvStreams, fmt.Sprint(n))
 	}
 	o.Argv = []string{launcher.SelfProgram, benchWorker}
-	o.Tag, o.Timestamp, o.OutputDir = false, false, "" // rank 0's result lines must reach the collector whole
+	o.Tag, o.Timestamp, o.OutputDir, o.MergeOutput = false, false, "", false // rank 0's result lines must reach the collector whole and untagged
 
 	var table io.Writer = stdout
 	if c.String("csv") == "-" || c.String("json") == "-" {

@@ -57,8 +57,9 @@ func TestPrintEnvMatchesRank(t *testing.T) {
 	p := runGorun(t, 30*time.Second, nil, "--print-env", "1", "-np", "2", "-x", "A=1", "sh")
 	skip := func(l string) bool {
 		// Values that differ per run (job id, secret, port, the agent's
-		// socket directory) or per process.
-		for _, pre := range []string{"GORUN_JOB_ID=", "TORCHELASTIC_RUN_ID=", "MASTER_PORT=", "GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=", "PWD=", "SHLVL=", "_="} {
+		// socket directory, where the stacks hook lives) or per process.
+		for _, pre := range []string{"GORUN_JOB_ID=", "TORCHELASTIC_RUN_ID=", "MASTER_PORT=", "GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=",
+			"GORUN_STACKS_DIR=", "PYTHONPATH=", "PWD=", "SHLVL=", "_="} {
 			if strings.HasPrefix(l, pre) {
 				return true
 			}
@@ -74,7 +75,7 @@ func TestPrintEnvMatchesRank(t *testing.T) {
 		}
 		return out
 	}
-	for _, name := range []string{"GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=/"} {
+	for _, name := range []string{"GORUN_JOB_SECRET=", "GORUN_AGENT_SOCKET=/", "GORUN_STACKS_DIR=/", "PYTHONPATH=/"} {
 		if !strings.Contains(r.stdout, "\n"+name) || !strings.Contains(p.stdout, "\n"+name) {
 			t.Errorf("%s is missing from the rank's environment or from --print-env", name)
 		}
@@ -109,6 +110,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad map-by", []string{"--map-by", "diagonal", "true"}, []string{"--map-by", "diagonal"}},
 		{"bad -x", []string{"-x", "1BAD=2", "true"}, []string{"1BAD"}},
 		{"bad duration", []string{"--grace-period", "soon", "true"}, []string{"--grace-period", "soon"}},
+		{"negative --merge-window", []string{"--merge-window", "-1s", "true"}, []string{"--merge-window -1s", "must not be negative"}},
 		{"no program", []string{"-np", "2"}, []string{"no program"}},
 		{"bad --pmix", []string{"--pmix", "maybe", "true"}, []string{"--pmix", "maybe", "auto, on or off"}},
 		{"print-env out of range", []string{"--print-env", "7", "-np", "2", "true"}, []string{"--print-env 7", "0-1"}},

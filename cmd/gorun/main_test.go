@@ -19,7 +19,14 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	// Jobs publish themselves for gorun ps: here, not in ~/.gorun.
+	jobsDir, err := os.MkdirTemp("", "gorun-jobs-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("GORUN_JOBS_DIR", jobsDir)
 	code := m.Run()
+	os.RemoveAll(jobsDir)
 	downCluster()
 	os.Exit(code)
 }

@@ -161,6 +161,7 @@ func TestManPageExitStatus(t *testing.T) {
 		{launcher.ExitOK, "ExitOK", "every rank exited 0"},
 		{launcher.ExitUsage, "ExitUsage", "usage"},
 		{launcher.ExitTimeout, "ExitTimeout", "--timeout"},
+		{launcher.ExitHang, "ExitHang", "--hang-timeout"},
 		{launcher.ExitLaunch, "ExitLaunch", "agent was lost"},
 		{launcher.ExitNotExec, "ExitNotExec", "not executable"},
 		{launcher.ExitNotFound, "ExitNotFound", "not found"},

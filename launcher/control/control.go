@@ -215,6 +215,17 @@ type RankStart struct {
 	Rank int       `json:"rank"`
 	PID  int       `json:"pid"`
 	Time time.Time `json:"time"`
+	// Binding says what the rank was bound to (CPUs, NUMA nodes, GPU),
+	// or why not, for the job record.
+	Binding *Binding `json:"binding,omitempty"`
+}
+
+// Binding is a rank's binding as the job record keeps it.
+type Binding struct {
+	CPUs string `json:"cpus,omitempty"`
+	Mems string `json:"mems,omitempty"`
+	GPUs string `json:"gpus,omitempty"`
+	Why  string `json:"why,omitempty"`
 }
 
 // Exited reports how a rank ended (or that it could not start).
@@ -231,6 +242,9 @@ type Exited struct {
 	MaxRSS     int64     `json:"max_rss_kb,omitempty"`  // ru_maxrss of the rank, KiB: Linux counts the agent's peak at fork in it
 	Stopped    bool      `json:"stopped,omitempty"`     // gorun had signalled it (Kill) before it ended
 	OOMKills   int       `json:"oom_kills,omitempty"`   // OOM kills the kernel counted while the rank ran
+	// Coll is the final report of a Go rank's collectives
+	// (rendezvous.Progress as JSON), sent with its goodbye.
+	Coll json.RawMessage `json:"coll,omitempty"`
 }
 
 // Signal asks an agent to send a signal to every rank's process group.

@@ -1,0 +1,482 @@
+package jobs
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"github.com/gorun/gorun/internal/selfcert"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// EnvDir names the job directory; "off" publishes no job.
+const EnvDir = "GORUN_JOBS_DIR"
+
+// Off is the job directory that turns publishing off.
+const Off = "off"
+
+// maxRequest bounds a request line; maxAnswer an answer line.
+const (
+	maxRequest = 4 << 10
+	maxAnswer  = 64 << 20
+)
+
+// handshakeTimeout bounds a client's TLS handshake and request.
+const handshakeTimeout = 5 * time.Second
+
+// maxConns bounds the requests a head serves at once.
+const maxConns = 16
+
+// Info is what a job file says about a running job.
+type Info struct {
+	ID      string    `json:"id"`
+	PID     int       `json:"pid"`  // the head's
+	Host    string    `json:"host"` // the head's host name
+	UID     int       `json:"uid"`
+	Argv    []string  `json:"argv"`
+	Ranks   int       `json:"ranks"`
+	Hosts   []string  `json:"hosts"`
+	Started time.Time `json:"started"`
+	// State is what the head is doing: starting, running, stopping.
+	State string `json:"state"`
+	// Addrs are the job socket's addresses, loopback first.
+	Addrs []string `json:"addrs"`
+	// Cert is the hex SHA-256 of the socket's certificate (DER); Key is
+	// the hex key a client presents.
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+
+	file string // where it was read from
+}
+
+// Request is what a client asks a head.
+type Request struct {
+	Key     string `json:"key"`
+	Op      string `json:"op"`
+	Verbose bool   `json:"verbose,omitempty"`
+}
+
+// answer is a head's reply.
+type answer struct {
+	Data  json.RawMessage `json:"data,omitempty"`
+	Error string          `json:"error,omitempty"`
+}
+
+// Handler answers a request; what it returns is marshalled as JSON.
+type Handler func(ctx context.Context, r Request) (any, error)
+
+// Dir returns the job directory: $GORUN_JOBS_DIR, else ~/.gorun/jobs.
+// It returns Off when publishing is off.
+func Dir() (string, error) {
+	if d := os.Getenv(EnvDir); d != "" {
+		return d, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("job directory: %w (set %s)", err, EnvDir)
+	}
+	return filepath.Join(home, ".gorun", "jobs"), nil
+}
+
+// privateDir creates dir (0700) if needed and checks that it is the
+// user's alone.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("job directory %s: %w", dir, err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("job directory %s: %w", dir, err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("job directory %s belongs to uid %d, not to you", dir, st.Uid)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("job directory %s is open to others (%v): %w", dir, fi.Mode().Perm(), err)
+		}
+	}
+	return nil
+}
+
+// Server is a published job's socket.
+type Server struct {
+	info    Info
+	key     []byte
+	file    string
+	tls     *tls.Config
+	handler Handler
+	lns     []net.Listener
+	slots   chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+	mu      sync.Mutex // guards info and closed
+	closed  bool
+}
+
+// Publish serves h on a new job socket listening on each of ips (port
+// chosen by the kernel; "" listens on every interface and lists each of
+// their addresses) and writes info's job file into dir. Info's
+// addresses, certificate, key, uid and pid are filled in here.
+func Publish(dir string, info Info, ips []string, h Handler) (*Server, error) {
+	if err := privateDir(dir); err != nil {
+		return nil, err
+	}
+	cert, fp, err := newIdentity()
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{key: key, handler: h, slots: make(chan struct{}, maxConns), ctx: ctx, cancel: cancel,
+		tls: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
+	info.Addrs = nil
+	for _, ip := range ips {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("job socket on %s: %w", ip, err)
+		}
+		s.lns = append(s.lns, ln)
+		if ip != "" {
+			info.Addrs = append(info.Addrs, ln.Addr().String())
+			continue
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		info.Addrs = append(info.Addrs, net.JoinHostPort("127.0.0.1", fmt.Sprint(port)))
+		addrs, _ := net.InterfaceAddrs()
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.IsGlobalUnicast() {
+				info.Addrs = append(info.Addrs, net.JoinHostPort(n.IP.String(), fmt.Sprint(port)))
+			}
+		}
+	}
+	info.Cert, info.Key = fp, hex.EncodeToString(key)
+	info.PID, info.UID = os.Getpid(), os.Getuid()
+	s.info = info
+	s.file = filepath.Join(dir, info.ID+".json")
+	if err := writeFile(s.file, info); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for _, ln := range s.lns {
+		s.wg.Add(1)
+		go s.serve(ln)
+	}
+	return s, nil
+}
+
+// Info returns the published job file's contents.
+func (s *Server) Info() Info {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.info
+}
+
+// SetState rewrites the job file with the head's new state.
+func (s *Server) SetState(state string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.info.State == state {
+		return nil
+	}
+	s.info.State = state
+	return writeFile(s.file, s.info)
+}
+
+// Close stops serving, waits for the requests in progress, and removes
+// the job file.
+func (s *Server) Close() error {
+	var err error
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		s.mu.Unlock()
+		if s.file != "" {
+			if rerr := os.Remove(s.file); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+				err = rerr
+			}
+		}
+		s.cancel()
+		for _, ln := range s.lns {
+			ln.Close()
+		}
+		s.wg.Wait()
+	})
+	return err
+}
+
+func (s *Server) serve(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // out of descriptors: wait it out
+			continue
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			c.Close() // busy: the client retries
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.slots }()
+			s.serveConn(c)
+		}()
+	}
+}
+
+// serveConn answers one request.
+func (s *Server) serveConn(raw net.Conn) {
+	defer raw.Close()
+	stop := context.AfterFunc(s.ctx, func() { raw.Close() })
+	defer stop()
+	raw.SetDeadline(time.Now().Add(handshakeTimeout))
+	c := tls.Server(raw, s.tls)
+	line, err := bufio.NewReaderSize(io.LimitReader(c, maxRequest), 512).ReadSlice('\n')
+	if err != nil {
+		return
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		writeAnswer(c, nil, fmt.Errorf("bad request: %v", err))
+		return
+	}
+	got, err := hex.DecodeString(req.Key)
+	if err != nil || subtle.ConstantTimeCompare(got, s.key) != 1 {
+		writeAnswer(c, nil, errors.New("wrong key"))
+		return
+	}
+	raw.SetDeadline(time.Time{})
+	v, err := s.handler(s.ctx, req)
+	raw.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+	writeAnswer(c, v, err)
+}
+
+func writeAnswer(w io.Writer, v any, err error) {
+	var a answer
+	if err == nil {
+		a.Data, err = json.Marshal(v)
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	b, _ := json.Marshal(a)
+	w.Write(append(b, '\n'))
+}
+
+// newIdentity makes the job socket's key pair and self-signed
+// certificate, and returns the certificate's fingerprint.
+func newIdentity() (tls.Certificate, string, error) { return selfcert.New("gorun job") }
+
+// writeFile writes info as file, atomically and readable by the user
+// alone.
+func writeFile(file string, info Info) error {
+	b, err := json.MarshalIndent(info, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(file), ".job-*")
+	if err != nil {
+		return fmt.Errorf("job file: %w", err)
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("job file %s: %w", file, err)
+	}
+	return nil
+}
+
+// List returns the jobs whose files are in dir, oldest first; Stale
+// reports those whose head is gone. A file that cannot be read is
+// skipped, and named in the error (the others are still returned).
+func List(dir string) ([]Info, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	var errs []error
+	for _, n := range names {
+		info, err := readFile(n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, info)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, errors.Join(errs...)
+}
+
+func readFile(file string) (Info, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return Info{}, fmt.Errorf("job file %s: %w", file, err)
+	}
+	var info Info
+	if err := json.Unmarshal(b, &info); err != nil {
+		return Info{}, fmt.Errorf("job file %s: %w", file, err)
+	}
+	if info.ID == "" || len(info.Addrs) == 0 {
+		return Info{}, fmt.Errorf("job file %s: no job id or address", file)
+	}
+	info.file = file
+	return info, nil
+}
+
+// Stale reports whether info's head is known to be gone: on the head's
+// own host, no process has its pid; elsewhere, its socket refuses.
+func Stale(info Info) bool {
+	if h, _ := os.Hostname(); h == info.Host {
+		return syscall.Kill(info.PID, 0) == syscall.ESRCH
+	}
+	for _, a := range info.Addrs {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			return false
+		}
+	}
+	return true
+}
+
+// Remove deletes a stale job's file.
+func Remove(info Info) error {
+	if info.file == "" {
+		return nil
+	}
+	return os.Remove(info.file)
+}
+
+// ErrNoJob is wrapped when no running job matches.
+var ErrNoJob = errors.New("no such job")
+
+// Find returns the running job in dir whose id starts with id; with id
+// "", the only running job.
+func Find(dir, id string) (Info, error) {
+	all, err := List(dir)
+	var match []Info
+	for _, in := range all {
+		if strings.HasPrefix(in.ID, id) && !Stale(in) {
+			match = append(match, in)
+		}
+	}
+	switch {
+	case len(match) == 1:
+		return match[0], nil
+	case len(match) > 1 && id == "":
+		return Info{}, fmt.Errorf("%d jobs are running: name one (gorun ps lists them)", len(match))
+	case len(match) > 1:
+		return Info{}, fmt.Errorf("job id %q is ambiguous: %d jobs match", id, len(match))
+	case id == "":
+		return Info{}, errors.Join(fmt.Errorf("%w: no job of yours is running (job files in %s)", ErrNoJob, dir), err)
+	}
+	return Info{}, errors.Join(fmt.Errorf("%w: no running job %q (job files in %s)", ErrNoJob, id, dir), err)
+}
+
+// Call sends req (its Key is info's) to info's head and decodes the
+// answer's data into out.
+func Call(ctx context.Context, info Info, req Request, out any) error {
+	req.Key = info.Key
+	want, err := hex.DecodeString(info.Cert)
+	if err != nil {
+		return fmt.Errorf("job %s: bad certificate fingerprint in its file", info.ID)
+	}
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		InsecureSkipVerify: true, // the fingerprint below is the check
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("no certificate")
+			}
+			sum := sha256.Sum256(raw[0])
+			if subtle.ConstantTimeCompare(sum[:], want) != 1 {
+				return errors.New("the job socket's certificate is not the job's")
+			}
+			return nil
+		},
+	}
+	var lastErr error
+	for _, addr := range info.Addrs {
+		var d net.Dialer
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		raw, err := d.DialContext(dctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		err = call(ctx, raw, cfg, req, out)
+		raw.Close()
+		if err != nil {
+			return fmt.Errorf("job %s at %s: %w", info.ID, addr, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("job %s: cannot reach its head (%s): %w", info.ID, strings.Join(info.Addrs, ", "), lastErr)
+}
+
+func call(ctx context.Context, raw net.Conn, cfg *tls.Config, req Request, out any) error {
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	c := tls.Client(raw, cfg)
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	line, err := bufio.NewReaderSize(io.LimitReader(c, maxAnswer), 64<<10).ReadBytes('\n')
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	var a answer
+	if err := json.Unmarshal(line, &a); err != nil {
+		return fmt.Errorf("bad answer: %w", err)
+	}
+	if a.Error != "" {
+		return errors.New(a.Error)
+	}
+	if out != nil {
+		return json.Unmarshal(a.Data, out)
+	}
+	return nil
+}
