@@ -40,7 +40,7 @@ func (a *agent) answerProbe(q control.Probe) {
 	)
 	switch q.Kind {
 	case control.ProbeStacks:
-		data, err = a.probeStacks(ctx)
+		data, err = a.probeStacks(ctx, q.Lines)
 	case control.ProbeStatus:
 		data, err = a.probeStatus(ctx)
 	case control.ProbeInfo:
@@ -110,14 +110,15 @@ func eachRank[T any](ranks []liveRank, f func(liveRank) T) []T {
 
 // probeStacks returns every local rank's stacks: a Go rank connected to
 // the KV server dumps its goroutines through that connection; any other
-// rank is read by package stacks (native tools, the Python hook).
-func (a *agent) probeStacks(ctx context.Context) (any, error) {
+// rank is read by package stacks (native tools, the Python hook), with
+// native frames' files and lines if asked.
+func (a *agent) probeStacks(ctx context.Context, lines bool) (any, error) {
 	if a.simulated() {
 		return []stacks.Rank{}, nil
 	}
 	v := a.view()
 	kv := v.kv
-	opt := stacks.Options{StacksDir: v.stacksDir}
+	opt := stacks.Options{StacksDir: v.stacksDir, NoLines: !lines}
 	return eachRank(v.ranks, func(r liveRank) stacks.Rank {
 		sr := stacks.Rank{Rank: r.rank, Host: a.o.Host, PID: r.pid}
 		if kv != nil {

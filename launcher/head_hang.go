@@ -76,7 +76,7 @@ func (h *head) watchHang(ctx context.Context) {
 		if time.Since(last) < d {
 			continue
 		}
-		v, err := h.collectStacks(ctx, stacksTimeout)
+		v, err := h.collectStacks(ctx, stacksTimeout, false)
 		if err != nil {
 			continue
 		}
@@ -87,7 +87,7 @@ func (h *head) watchHang(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-			v2, err := h.collectStacks(ctx, stacksTimeout)
+			v2, err := h.collectStacks(ctx, stacksTimeout, false)
 			if err != nil {
 				continue
 			}
@@ -162,7 +162,7 @@ func (g *genState) onHang(e hangDetected) {
 // timeoutVerdict collects the stacks of a job whose --timeout expired,
 // before it is stopped, and prints them.
 func (h *head) timeoutVerdict(ctx context.Context) {
-	v, err := h.collectStacks(ctx, 5*time.Second)
+	v, err := h.collectStacks(ctx, 3*time.Second, false)
 	if err != nil {
 		h.notef("gorun: --timeout: no stacks: %v\n", err)
 		return

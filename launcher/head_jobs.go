@@ -88,18 +88,20 @@ var errNotStarted = errors.New("the job's ranks have not started yet")
 // probeAll asks every connected agent kind and waits for their answers,
 // at most timeout and a margin. It returns the answers by node and the
 // nodes that did not answer in time.
-func (h *head) probeAll(ctx context.Context, kind string, timeout time.Duration) (map[int]control.ProbeReply, []int, error) {
+func (h *head) probeAll(ctx context.Context, q control.Probe) (map[int]control.ProbeReply, []int, error) {
+	timeout := q.Timeout
 	if !h.launched.Load() {
 		return nil, nil, errNotStarted
 	}
 	id, ch := h.probes.open(len(h.agents))
 	defer h.probes.close(id)
+	q.ID = id
 	sent := map[int]bool{}
 	for i, a := range h.agents {
 		if a == nil || a.ended.Load() {
 			continue
 		}
-		if a.w.Send(control.TypeProbe, control.Probe{ID: id, Kind: kind, Timeout: timeout}) == nil {
+		if a.w.Send(control.TypeProbe, q) == nil {
 			sent[i] = true
 		}
 	}
@@ -131,11 +133,11 @@ wait:
 	return out, missing, nil
 }
 
-// collectStacks asks every agent for its ranks' stacks and merges them
-// into a verdict; ranks that ended, or whose agent did not answer, are
-// there with the reason.
-func (h *head) collectStacks(ctx context.Context, timeout time.Duration) (*stacks.Verdict, error) {
-	replies, missing, err := h.probeAll(ctx, control.ProbeStacks, timeout)
+// collectStacks asks every agent for its ranks' stacks (with native
+// frames' files and lines if lines) and merges them into a verdict; ranks
+// that ended, or whose agent did not answer, are there with the reason.
+func (h *head) collectStacks(ctx context.Context, timeout time.Duration, lines bool) (*stacks.Verdict, error) {
+	replies, missing, err := h.probeAll(ctx, control.Probe{Kind: control.ProbeStacks, Timeout: timeout, Lines: lines})
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +226,7 @@ type RankState struct {
 
 // collectStatus asks every agent for its ranks' state.
 func (h *head) collectStatus(ctx context.Context, timeout time.Duration) (*JobStatus, error) {
-	replies, missing, err := h.probeAll(ctx, control.ProbeStatus, timeout)
+	replies, missing, err := h.probeAll(ctx, control.Probe{Kind: control.ProbeStatus, Timeout: timeout})
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +285,7 @@ func (h *head) collectStatus(ctx context.Context, timeout time.Duration) (*JobSt
 func (h *head) serveJob(ctx context.Context, r jobs.Request) (any, error) {
 	switch r.Op {
 	case OpStacks:
-		return h.collectStacks(ctx, stacksTimeout)
+		return h.collectStacks(ctx, stacksTimeout, r.Verbose)
 	case OpStatus:
 		return h.collectStatus(ctx, 5*time.Second)
 	}

@@ -39,7 +39,7 @@ func bindingOf(b *topology.RankBinding) *control.Binding {
 // are launched; the answers are in h.hostInfo when h.infoDone is closed.
 func (h *head) askHosts(ctx context.Context) {
 	defer close(h.infoDone)
-	replies, _, err := h.probeAll(ctx, control.ProbeInfo, infoTimeout)
+	replies, _, err := h.probeAll(ctx, control.Probe{Kind: control.ProbeInfo, Timeout: infoTimeout})
 	if err == nil {
 		h.hostInfo = replies
 	}

@@ -340,6 +340,9 @@ type Probe struct {
 	// Timeout bounds the agent's work on the answer (a stack tool that
 	// does not return); 0: the agent's default.
 	Timeout time.Duration `json:"timeout,omitempty"`
+	// Lines asks for native frames' files and lines too (ProbeStacks),
+	// which costs eu-stack 20 times as much.
+	Lines bool `json:"lines,omitempty"`
 }
 
 // ProbeReply answers a Probe: Data's form depends on the probe's kind;
