@@ -2,8 +2,9 @@
 # launch.sh - launch time of `gorun -np K /bin/true` against Open MPI's mpirun and
 # MPICH's mpiexec.hydra, side by side in one run, plus gorun's peak RSS at K=64.
 #
-# gorun runs twice: as users run it (publishing the job for gorun ps, status and stacks:
-# a job file and a TLS socket) and with --jobs-dir off, to show what publishing costs.
+# gorun runs as users run it (publishing the job for gorun ps, status and stacks: a job
+# file and a TLS socket), and a second table puts it against --jobs-dir off, to show what
+# publishing costs.
 #
 # Usage: bench/launch.sh            (from anywhere; `make bench` calls it)
 # Env:   RUNS     timed runs per tool and K (default 20), after WARMUP (default 2)
@@ -75,12 +76,23 @@ for k in $KS; do
   "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
     --json "$OUT/launch-np$k.json" --tag "np$k" \
     "gorun=$GORUN --jobs-dir $SCRATCH/jobs -np $k /bin/true" \
-    "gorun-nojobs=$GORUN --jobs-dir off -np $k /bin/true" \
     "openmpi=$OMPI $OMPI_ARGS -np $k /bin/true" \
     "mpich=$HYDRA -n $k /bin/true" >> "$OUT/summary.tsv" || true
 done
 echo
 "$PY" "$BENCH/table.py" "$OUT"/launch-np*.json | tee "$OUT/table.md"
+
+# The job socket's cost, in rounds of their own: whichever command follows the peers in
+# a round runs about 2 ms slower here (measured), which would be charged to one of them.
+echo
+echo "## The job socket: gorun against gorun --jobs-dir off (ms: median (min-max) of $RUNS runs)"
+for k in $KS; do
+  "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
+    --json "$OUT/jobs-np$k.json" --tag "jobs-np$k" \
+    "gorun=$GORUN --jobs-dir $SCRATCH/jobs -np $k /bin/true" \
+    "gorun-nojobs=$GORUN --jobs-dir off -np $k /bin/true" >> "$OUT/summary.tsv" || true
+done
+"$PY" "$BENCH/table.py" --jobs "$OUT"/jobs-np*.json | tee -a "$OUT/table.md"
 
 echo
 echo "## gorun memory and phases, -np $RSS_NP ($RSS_RUNS runs)"

@@ -6,6 +6,7 @@
     table.py --by-tag-kex FILE.json ... the same against the peers' "-kex" run (ssh.sh)
     table.py --phases FILE.json ...     gorun only: wall time, --summary-json phases, RSS
     table.py --pair FILE.json ...       gorun against one peer per file, named by its --tag (mpi.sh)
+    table.py --jobs DIR/jobs-np*.json   gorun against gorun --jobs-dir off (launch.sh)
 
 One row per K. Cells: median (min-max) in ms over completed runs; gorun/peer is
 gorun's median over the faster peer's median; hangs are runs killed at the timeout.
@@ -53,19 +54,20 @@ def main(paths):
         hangs = " / ".join(str(t[l]["hangs"]) if l in t else "-" for l in labels)
         fails = " / ".join(str(t[l]["failures"]) if l in t else "-" for l in labels)
         print(f"| {k} | {cell(g)} | {cell(t.get('openmpi'))} | {cell(t.get('mpich'))} | {ratio} | {hangs} | {fails} | {d['runs']} |")
-    # The job socket's cost: gorun against gorun --jobs-dir off, where measured.
-    if any("gorun-nojobs" in t for _, t, _ in rows):
-        print()
-        print("| K | gorun ms (job socket and file) | gorun --jobs-dir off ms | ratio |")
-        print("|---|---|---|---|")
-        for k, t, _ in rows:
-            print(f"| {k} | {cell(t.get('gorun'))} | {cell(t.get('gorun-nojobs'))} | {ratio_of(t.get('gorun'), t.get('gorun-nojobs'))} |")
 
 
-def ratio_of(g, p):
-    if not g or not p or g["median"] is None or p["median"] is None:
-        return "-"
-    return f"{g['median'] / p['median']:.2f}"
+def jobs(paths):
+    """The job socket's cost: gorun against gorun --jobs-dir off, one row per K."""
+    rows = []
+    for p in paths:
+        d = json.load(open(p))
+        k = int(re.search(r"np(\d+)", p).group(1))
+        rows.append((k, {t["label"]: t for t in d["tools"]}))
+    rows.sort(key=lambda r: r[0])
+    print("| K | gorun ms (job socket and file) | gorun --jobs-dir off ms | ratio |")
+    print("|---|---|---|---|")
+    for k, t in rows:
+        print(f"| {k} | {cell(t.get('gorun'))} | {cell(t.get('gorun-nojobs'))} | {ratio(t.get('gorun'), t.get('gorun-nojobs'))} |")
 
 
 def ratio(g, p):
@@ -157,6 +159,8 @@ if __name__ == "__main__":
         by_tag(sys.argv[2:], "-kex")
     elif sys.argv[1:2] == ["--phases"]:
         phases(sys.argv[2:])
+    elif sys.argv[1:2] == ["--jobs"]:
+        jobs(sys.argv[2:])
     elif sys.argv[1:2] == ["--pair"]:
         pair(sys.argv[2:])
     else:

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"github.com/gorun/gorun/internal/selfcert"
@@ -140,7 +141,7 @@ func Publish(dir string, info Info, ips []string, h Handler) (*Server, error) {
 	if err := privateDir(dir); err != nil {
 		return nil, err
 	}
-	cert, fp, err := newIdentity()
+	cert, fp, err := identity(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -292,9 +293,37 @@ func writeAnswer(w io.Writer, v any, err error) {
 	w.Write(append(b, '\n'))
 }
 
-// newIdentity makes the job socket's key pair and self-signed
-// certificate, and returns the certificate's fingerprint.
-func newIdentity() (tls.Certificate, string, error) { return selfcert.New("gorun job") }
+// identityFile holds the certificate and key of the user's job sockets,
+// in the job directory: made once (a fresh process spends about a
+// millisecond making one) and read by every job after.
+const identityFile = ".identity.pem"
+
+// identity returns the job sockets' certificate, and its fingerprint,
+// from dir's identity file, made anew when it is missing, unreadable or
+// about to expire. Only the user can read it (the directory is 0700, the
+// file 0600), as the job files that pin its fingerprint.
+func identity(dir string) (tls.Certificate, string, error) {
+	file := filepath.Join(dir, identityFile)
+	if b, err := os.ReadFile(file); err == nil {
+		if c, err := tls.X509KeyPair(b, b); err == nil && c.Leaf != nil && time.Until(c.Leaf.NotAfter) > 7*24*time.Hour {
+			return c, selfcert.Fingerprint(c.Certificate[0]), nil
+		}
+	}
+	c, fp, err := selfcert.New("gorun job")
+	if err != nil {
+		return c, "", err
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		return c, "", err
+	}
+	b := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]})
+	b = append(b, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})...)
+	if err := writeBytes(file, b); err != nil {
+		return c, "", err
+	}
+	return c, fp, nil
+}
 
 // writeFile writes info as file, atomically and readable by the user
 // alone.
@@ -303,11 +332,16 @@ func writeFile(file string, info Info) error {
 	if err != nil {
 		return err
 	}
+	return writeBytes(file, append(b, '\n'))
+}
+
+// writeBytes writes b as file, atomically and readable by the user alone.
+func writeBytes(file string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(file), ".job-*")
 	if err != nil {
 		return fmt.Errorf("job file: %w", err)
 	}
-	_, err = tmp.Write(append(b, '\n'))
+	_, err = tmp.Write(b)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

@@ -153,3 +153,29 @@ b2   starting  2      localhost      2s     login:43  true
 		}
 	}
 }
+
+// Jobs of one user share the identity made by the first, which only the
+// user can read; a damaged one is made anew, and the jobs still answer.
+func TestIdentityReused(t *testing.T) {
+	dir := t.TempDir()
+	a := publish(t, dir, "i1", echo).Info()
+	b := publish(t, dir, "i2", echo).Info()
+	if a.Cert != b.Cert || a.Key == b.Key {
+		t.Errorf("certificates %s %s, keys equal: %v", a.Cert, b.Cert, a.Key == b.Key)
+	}
+	fi, err := os.Stat(filepath.Join(dir, identityFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("identity file: %v %v", fi, err)
+	}
+	os.WriteFile(filepath.Join(dir, identityFile), []byte("junk"), 0o600)
+	c := publish(t, dir, "i3", echo).Info()
+	if c.Cert == a.Cert {
+		t.Error("a damaged identity was not replaced")
+	}
+	if err := Call(context.Background(), c, Request{Op: "x"}, nil); err != nil {
+		t.Error(err)
+	}
+	if err := Call(context.Background(), a, Request{Op: "x"}, nil); err != nil {
+		t.Errorf("an older job no longer answers: %v", err)
+	}
+}

@@ -315,7 +315,11 @@ type head struct {
 	fenceBytes []byte
 
 	// What the job socket and the hang watch read while the loop runs.
-	jobsrv   *jobs.Server
+	jobsMu   sync.Mutex    // guards jobsrv, jobState, jobsDone
+	jobsrv   *jobs.Server  // the job socket, once published
+	jobState string        // the state to write in the job file
+	jobsDone chan struct{} // closed when publishing is over
+	jobsStop chan struct{} // closed to stop a publish that has not started
 	probes   probeSet
 	live     []rankLive   // by rank
 	gen      atomic.Int32 // the current generation
@@ -371,7 +375,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 		go h.watchHang(wctx)
 	}
 	res := h.generations(ctx, sigs)
-	h.setState("stopping")
+	h.unpublishSoon()
 	h.phases.AllExited = time.Since(h.start)
 	h.phases.FirstFence = time.Duration(h.firstFence.Load())
 	if h.infoDone != nil {

@@ -292,9 +292,34 @@ func (h *head) serveJob(ctx context.Context, r jobs.Request) (any, error) {
 	return nil, fmt.Errorf("unknown request %q", r.Op)
 }
 
-// publish serves the job socket and writes the job file, unless the job
-// directory is "off"; a failure is a note, not the job's end.
+// publishDelay is how long a job runs before it is published: one that
+// ends sooner (a few milliseconds of /bin/true) has nothing to ask about,
+// and pays nothing for the job socket.
+const publishDelay = 50 * time.Millisecond
+
+// publish starts publishing the job (publishNow) in the background, off
+// the launch's path, once it has run publishDelay; unpublish waits for
+// it, and stops it if it has not started.
 func (h *head) publish() {
+	h.jobsMu.Lock()
+	h.jobsDone, h.jobsStop = make(chan struct{}), make(chan struct{})
+	done, stop := h.jobsDone, h.jobsStop
+	h.jobsMu.Unlock()
+	go func() {
+		defer close(done)
+		t := time.NewTimer(publishDelay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			h.publishNow()
+		case <-stop:
+		}
+	}()
+}
+
+// publishNow serves the job socket and writes the job file, unless the
+// job directory is "off"; a failure is a note, not the job's end.
+func (h *head) publishNow() {
 	dir := h.o.JobsDir
 	if dir == "" {
 		var err error
@@ -314,7 +339,13 @@ func (h *head) publish() {
 		}
 	}
 	host, _ := os.Hostname()
-	info := jobs.Info{ID: h.jobID, Host: host, Argv: h.o.Argv, Ranks: len(h.plan.Ranks), Started: h.start, State: "starting"}
+	h.jobsMu.Lock()
+	state := h.jobState
+	h.jobsMu.Unlock()
+	if state == "" {
+		state = "starting"
+	}
+	info := jobs.Info{ID: h.jobID, Host: host, Argv: h.o.Argv, Ranks: len(h.plan.Ranks), Started: h.start, State: state}
 	for _, n := range h.plan.Nodes {
 		info.Hosts = append(info.Hosts, n.Host.Name)
 	}
@@ -323,19 +354,74 @@ func (h *head) publish() {
 		h.notef("gorun: note: gorun ps, status and stacks will not see this job: %v\n", err)
 		return
 	}
+	h.jobsMu.Lock()
+	defer h.jobsMu.Unlock()
 	h.jobsrv = srv
-}
-
-// setState records the job's state in its job file.
-func (h *head) setState(s string) {
-	if h.jobsrv != nil {
-		h.jobsrv.SetState(s)
+	if h.jobState != "" {
+		srv.SetState(h.jobState) // a no-op unless it changed meanwhile
 	}
 }
 
-// unpublish removes the job file and closes the job socket.
+// setState records the job's state in its job file (once it is there),
+// in the background: the file is written off the launch's path, always
+// with the latest state.
+func (h *head) setState(s string) {
+	h.jobsMu.Lock()
+	h.jobState = s
+	h.jobsMu.Unlock()
+	go func() {
+		h.jobsMu.Lock()
+		defer h.jobsMu.Unlock()
+		if h.jobsrv != nil {
+			h.jobsrv.SetState(h.jobState)
+		}
+	}()
+}
+
+// unpublish waits for publish, then removes the job file and closes the
+// job socket; again, it waits for the first call to finish.
 func (h *head) unpublish() {
+	h.jobsMu.Lock()
+	done := h.jobsDone
+	h.stopPublishing()
+	h.jobsMu.Unlock()
+	if done == nil {
+		return
+	}
+	<-done
 	if h.jobsrv != nil {
 		h.jobsrv.Close()
+	}
+}
+
+// unpublishSoon unpublishes in the background, while the agents shut
+// down; unpublish waits for it.
+func (h *head) unpublishSoon() {
+	h.jobsMu.Lock()
+	done := h.jobsDone
+	h.stopPublishing()
+	h.jobsMu.Unlock()
+	if done == nil {
+		return
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		<-done
+		if h.jobsrv != nil {
+			h.jobsrv.Close()
+		}
+	}()
+	h.jobsMu.Lock()
+	h.jobsDone = closed
+	h.jobsMu.Unlock()
+}
+
+// stopPublishing stops a publish that has not started. Called with
+// h.jobsMu held.
+func (h *head) stopPublishing() {
+	if h.jobsStop != nil {
+		close(h.jobsStop)
+		h.jobsStop = nil
 	}
 }
