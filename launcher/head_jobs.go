@@ -220,8 +220,6 @@ type RankState struct {
 	Restarts    int     `json:"restarts"`
 	Ops         uint64  `json:"rendezvous_ops"`
 	Calls       uint64  `json:"collective_calls"`
-
-	progress *rendezvous.Progress
 }
 
 // collectStatus asks every agent for its ranks' state.
@@ -268,7 +266,7 @@ func (h *head) collectStatus(ctx context.Context, timeout time.Duration) (*JobSt
 			if len(s.Coll) > 0 {
 				var p rendezvous.Progress
 				if json.Unmarshal(s.Coll, &p) == nil {
-					rs.Calls, rs.progress = p.Calls, &p
+					rs.Calls = p.Calls
 					byRank[s.Rank] = p
 				}
 			}
