@@ -2,6 +2,7 @@ package testhosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -384,6 +385,24 @@ func TestOptions(t *testing.T) {
 		if c, err := Up(context.Background(), o); err == nil {
 			c.Down()
 			t.Errorf("Up(%+v): no error", o)
+		}
+	}
+}
+
+// Down takes a device the kernel removed meanwhile for done, and any other
+// failure for one.
+func TestOnlyGone(t *testing.T) {
+	for _, tt := range []struct {
+		msg  string
+		want bool
+	}{
+		{"testhosts: ip -batch: exit status 1: Cannot find device \"gtvbq92_2\"\nCommand failed -:2", true},
+		{"testhosts: ip -batch: exit status 1: Cannot find device \"a\"\nCommand failed -:1\nCannot find device \"b\"\nCommand failed -:2", true},
+		{"testhosts: ip -batch: exit status 1: RTNETLINK answers: Operation not permitted\nCommand failed -:1", false},
+		{"testhosts: ip -batch: exit status 1: Cannot find device \"a\"\nCommand failed -:1\nRTNETLINK answers: Device or resource busy", false},
+	} {
+		if got := onlyGone(errors.New(tt.msg)); got != tt.want {
+			t.Errorf("onlyGone(%q) = %v, want %v", tt.msg, got, tt.want)
 		}
 	}
 }
