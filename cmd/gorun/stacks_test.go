@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/jobs"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/stacks"
 )
@@ -123,6 +124,7 @@ func (j *liveJob) waitLines(prefix string, n int, limit time.Duration) {
 			}
 		}
 		if got >= n {
+			j.waitPublished(time.Until(deadline) + 10*time.Second)
 			return
 		}
 		select {
@@ -133,6 +135,29 @@ func (j *liveJob) waitLines(prefix string, n int, limit time.Duration) {
 		if time.Now().After(deadline) {
 			j.t.Fatalf("%d of %d %q lines within %v\nstdout:\n%s\nstderr:\n%s", got, n, prefix, limit, j.out.String(), j.errb.String())
 		}
+	}
+}
+
+// waitPublished waits until gorun ps can see the job (a job is published
+// once it has run 50 ms).
+func (j *liveJob) waitPublished(limit time.Duration) {
+	j.t.Helper()
+	var dir string
+	for _, kv := range j.env {
+		if v, ok := strings.CutPrefix(kv, "GORUN_JOBS_DIR="); ok {
+			dir = v
+		}
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		_, err := jobs.Find(dir, "")
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			j.t.Fatalf("the job was not published within %v: %v\nstderr:\n%s", limit, err, j.errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
