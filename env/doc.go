@@ -1,10 +1,12 @@
 // Package env computes the environment a rank starts with: gorun's own
 // GORUN_* variables, the names torch's env:// rendezvous and torchrun
 // users expect (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), the
-// Open MPI-compatible OMPI_COMM_WORLD_* names, the variables that follow
-// from a rank's binding ([Bindings]: GPU visibility and order, UCX's NIC,
-// OpenMP's threads, from package topology's typed plan), and the user's
-// -x exports.
+// Open MPI-compatible OMPI_COMM_WORLD_* names, MVAPICH's MV2_COMM_WORLD_*
+// and Horovod's HOROVOD_* ([CrossRanks]), the variables that follow from a
+// rank's binding ([Bindings]: GPU visibility and order, UCX's NIC,
+// OpenMP's threads, from package topology's typed plan), torchrun's
+// OMP_NUM_THREADS=1 for unbound ranks that share a host
+// ([DefaultThreads]), and the user's -x exports.
 //
 // GPU defaults follow what GPU jobs expect: every GPU the job may use
 // stays visible to every rank, local rank i is bound next to GPU i, which

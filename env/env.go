@@ -24,6 +24,13 @@ type Rank struct {
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none
 	Dir            string // the rank's working directory: PWD, so that it agrees; "" = leave PWD
+	// CrossRank and CrossSize are Horovod's cross rank and size of the
+	// rank (see [CrossRanks]): among the hosts that run a rank of this
+	// LocalRank, in node order, the index of this rank's host, and how
+	// many they are. CrossSize 0 = not computed: NodeRank and NodeCount
+	// stand for them, which is right when every host runs as many ranks.
+	CrossRank int
+	CrossSize int
 	// Binding holds the NAME=value hints of the rank's binding
 	// ([Bindings] or [UnboundHints]: CUDA_DEVICE_ORDER, UCX_NET_DEVICES,
 	// OMP_NUM_THREADS, ...), which leave alone what the user set. They
@@ -221,10 +228,40 @@ func Resolve(exports []Export, lookup func(string) (string, bool)) (vars, missin
 	return vars, missing
 }
 
+// CrossRanks returns Horovod's cross ranks and sizes for a job whose node
+// k (in node order) runs nodeSizes[k] ranks, as horovodrun computes them
+// (get_host_assignments): the ranks of one local rank l form a
+// communicator across the nodes that have such a rank; rank[k][l] is node
+// k's index in it (how many nodes before k run more than l ranks) and
+// size[l] is its size (how many nodes run more than l ranks). With 3
+// ranks on 2 nodes (2, then 1), local rank 0 has cross size 2 and cross
+// ranks 0 and 1; local rank 1 has cross size 1.
+func CrossRanks(nodeSizes []int) (rank [][]int, size []int) {
+	rank = make([][]int, len(nodeSizes))
+	for k, n := range nodeSizes {
+		rank[k] = make([]int, n)
+		for l := range n {
+			if l == len(size) {
+				size = append(size, 0)
+			}
+			rank[k][l] = size[l]
+			size[l]++
+		}
+	}
+	return rank, size
+}
+
 // Vars returns the variables gorun sets for r, as NAME=value pairs sorted
-// by name.
+// by name: torchrun's, Open MPI's, MVAPICH's, Horovod's and gorun's own
+// (GORUN_*), and, as r says, the agent socket's, Slurm's, PMIx's, PMI-1's
+// and the stacks hook's. OMP_NUM_THREADS is not among them: the binding
+// gives it (r.Binding), or [Build] (see [DefaultThreads]).
 func Vars(r Rank) []string {
 	itoa := strconv.Itoa
+	crossRank, crossSize := r.CrossRank, r.CrossSize
+	if crossSize == 0 {
+		crossRank, crossSize = r.NodeRank, r.NodeCount
+	}
 	v := []string{
 		"RANK=" + itoa(r.Rank),
 		"WORLD_SIZE=" + itoa(r.WorldSize),
@@ -241,11 +278,29 @@ func Vars(r Rank) []string {
 		"TORCHELASTIC_RESTART_COUNT=" + itoa(r.RestartCount),
 		"TORCHELASTIC_MAX_RESTARTS=" + itoa(r.MaxRestarts),
 		"TORCHELASTIC_RUN_ID=" + r.JobID,
+		// torchrun's agent sets "True" when it hosts the TCPStore at
+		// MASTER_ADDR:MASTER_PORT itself (static rendezvous), and every
+		// rank is then a client of it. gorun hosts no TCPStore there:
+		// "False" tells torch's env:// rendezvous that rank 0 starts the
+		// store (multi-tenant) and the others connect to it
+		// (torch.distributed.rendezvous._create_c10d_store).
+		"TORCHELASTIC_USE_AGENT_STORE=False",
 		"OMPI_COMM_WORLD_RANK=" + itoa(r.Rank),
 		"OMPI_COMM_WORLD_SIZE=" + itoa(r.WorldSize),
 		"OMPI_COMM_WORLD_LOCAL_RANK=" + itoa(r.LocalRank),
 		"OMPI_COMM_WORLD_LOCAL_SIZE=" + itoa(r.LocalWorldSize),
 		"OMPI_COMM_WORLD_NODE_RANK=" + itoa(r.NodeRank),
+		"OMPI_UNIVERSE_SIZE=" + itoa(r.WorldSize),
+		"MV2_COMM_WORLD_RANK=" + itoa(r.Rank),
+		"MV2_COMM_WORLD_SIZE=" + itoa(r.WorldSize),
+		"MV2_COMM_WORLD_LOCAL_RANK=" + itoa(r.LocalRank),
+		"MV2_COMM_WORLD_LOCAL_SIZE=" + itoa(r.LocalWorldSize),
+		"HOROVOD_RANK=" + itoa(r.Rank),
+		"HOROVOD_SIZE=" + itoa(r.WorldSize),
+		"HOROVOD_LOCAL_RANK=" + itoa(r.LocalRank),
+		"HOROVOD_LOCAL_SIZE=" + itoa(r.LocalWorldSize),
+		"HOROVOD_CROSS_RANK=" + itoa(crossRank),
+		"HOROVOD_CROSS_SIZE=" + itoa(crossSize),
 		"GORUN_JOB_ID=" + r.JobID,
 		"GORUN_RANK=" + itoa(r.Rank),
 		"GORUN_WORLD_SIZE=" + itoa(r.WorldSize),
@@ -287,11 +342,31 @@ func Vars(r Rank) []string {
 	return v
 }
 
+// DefaultThreads reports whether [Build] gives rank r OMP_NUM_THREADS=1,
+// as torchrun does when it starts more than one rank per node: r shares
+// its host with other ranks (r.LocalWorldSize > 1), and neither base (the
+// agent's environment), nor its binding (r.Binding: bound ranks get their
+// CPUs' share), nor exports (-x) set OMP_NUM_THREADS. Without it each
+// rank's OpenMP and torch intra-op pool would take every core of the host,
+// and ranks that share a host oversubscribe it.
+func DefaultThreads(base []string, r Rank, exports []string) bool {
+	if r.LocalWorldSize <= 1 {
+		return false
+	}
+	for _, l := range [][]string{base, r.Binding, exports} {
+		if _, ok := Lookup(l, OMPNumThreads); ok {
+			return false
+		}
+	}
+	return true
+}
+
 // Build returns the environment of rank r: base (the agent's own
 // environment), overridden by gorun's variables ([Vars]) and the binding's
 // hints (r.Binding), overridden in turn by the resolved -x exports, which
 // the user asked for explicitly; a GPU visibility variable of r.Binding
 // goes last, since gorun narrowed it from the user's own list.
+// OMP_NUM_THREADS=1 is added where [DefaultThreads] says so.
 // A name appears once; the order is base's, with new names appended.
 // Where r.StacksDir is set, the stacks hook's directory
 // ([StacksHookDir]) then goes first on PYTHONPATH, unless the result
@@ -313,6 +388,9 @@ func Build(base []string, r Rank, exports []string) []string {
 	}
 	for _, kv := range Vars(r) {
 		set(kv)
+	}
+	if DefaultThreads(base, r, exports) {
+		set(OMPNumThreads + "=1")
 	}
 	var last []string
 	for _, kv := range r.Binding {

@@ -65,21 +65,33 @@ func (p *launchPlan) binding(i int) *topology.RankBinding {
 	return nil
 }
 
-// environ is rank i's environment (by index in l.Ranks).
-func (p *launchPlan) environ(i int) []string {
+// rank is what rank i's environment is computed from (by index in l.Ranks).
+func (p *launchPlan) rank(i int) env.Rank {
 	l, s := p.l, p.l.Ranks[i]
 	var vars []string
 	if i < len(p.hints) {
 		vars = p.hints[i].Vars
 	}
-	return env.Build(p.base, env.Rank{
+	return env.Rank{
 		JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
+		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
 		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
 		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
 		StacksDir: p.stacksDir, StacksSignal: stacks.DumpSignal,
-	}, l.Exports)
+	}
+}
+
+// environ is rank i's environment (by index in l.Ranks).
+func (p *launchPlan) environ(i int) []string {
+	return env.Build(p.base, p.rank(i), p.l.Exports)
+}
+
+// defaultThreads is whether rank i (by index in l.Ranks) gets
+// OMP_NUM_THREADS=1 by default (env.DefaultThreads).
+func (p *launchPlan) defaultThreads(i int) bool {
+	return env.DefaultThreads(p.base, p.rank(i), p.l.Exports)
 }
 
 // launch starts a generation of ranks, or answers a print-env request.
@@ -236,6 +248,9 @@ func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms in
 			a.stdin[s.Rank] = rp.stdin
 		}
 		started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: rp.pid, Time: rp.start, Binding: bindingOf(p.binding(i))})
+		if p.defaultThreads(i) {
+			started.DefaultThreads++
+		}
 	}
 	if len(started.Ranks) > 0 {
 		a.w.Send(control.TypeStarted, started)

@@ -292,6 +292,9 @@ type head struct {
 
 	hostsOnce sync.Once
 	hostNames []string // the plan's node names, for PMIx (pmixHosts)
+	crossOnce sync.Once
+	crossRank [][]int // Horovod's cross rank by node and local rank (crossRanks)
+	crossSize []int   // Horovod's cross size by local rank
 	agents    []*agentConn
 	events    chan event
 	mux       *output.Mux
@@ -335,6 +338,8 @@ type head struct {
 	finalProg map[int]rendezvous.Progress
 	// firstFence is when the first fence completed (phases.FirstFence).
 	firstFence atomic.Int64
+
+	threads defaultThreads // the first generation's ranks given OMP_NUM_THREADS=1, for one note
 
 	topoFirst     string // the first host's topology summary (when bound)
 	topoFirstNode int

@@ -281,9 +281,46 @@ func (g *genState) onStarted(e ranksStarted) {
 		h.notef("%s", e.Report)
 	}
 	h.compareTopo(e.node, e.Topo)
+	if g.gen == 0 {
+		h.threads.add(e.DefaultThreads)
+	}
 	if g.started == len(h.plan.Ranks) && g.gen == 0 {
 		h.phases.RanksStarted = time.Since(h.start)
+		if n := h.threads.note(); n != "" {
+			h.notef("%s", n)
+		}
 	}
+}
+
+// defaultThreads tallies the first generation's ranks that got
+// OMP_NUM_THREADS=1 by default (env.DefaultThreads), host by host.
+type defaultThreads struct {
+	ranks, hosts int
+	perHost      int  // the count of every host that had some, while they agree
+	mixed        bool // hosts had different counts
+}
+
+// add counts a host's ranks that got the default (n may be 0).
+func (d *defaultThreads) add(n int) {
+	if n == 0 {
+		return
+	}
+	if d.hosts > 0 && n != d.perHost {
+		d.mixed = true
+	}
+	d.ranks, d.hosts, d.perHost = d.ranks+n, d.hosts+1, n
+}
+
+// note is the line that says so, "" when no rank got the default.
+func (d *defaultThreads) note() string {
+	const tail = ", as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"
+	switch {
+	case d.ranks == 0:
+		return ""
+	case d.mixed:
+		return fmt.Sprintf("gorun: note: OMP_NUM_THREADS=1 for the %d unbound ranks that share a host"+tail, d.ranks)
+	}
+	return fmt.Sprintf("gorun: note: OMP_NUM_THREADS=1 for the %d unbound ranks per host"+tail, d.perHost)
 }
 
 // onExited records how a rank ended; the first rank to fail, unless

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -31,10 +32,25 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
 	}
+	crossRank, crossSize := h.crossRanks()
 	for i, r := range n.Ranks {
-		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == 0})
+		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == 0,
+			CrossRank: crossRank[node][i], CrossSize: crossSize[i]})
 	}
 	return l
+}
+
+// crossRanks are Horovod's cross ranks of the plan's nodes and cross
+// sizes (env.CrossRanks), made once.
+func (h *head) crossRanks() (rank [][]int, size []int) {
+	h.crossOnce.Do(func() {
+		sizes := make([]int, len(h.plan.Nodes))
+		for k, n := range h.plan.Nodes {
+			sizes[k] = len(n.Ranks)
+		}
+		h.crossRank, h.crossSize = env.CrossRanks(sizes)
+	})
+	return h.crossRank, h.crossSize
 }
 
 // pmixHosts are the node names a PMIx server needs, unless PMIx is off;

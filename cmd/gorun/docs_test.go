@@ -34,10 +34,12 @@ import (
 // durations, the scratch directory (shown as /home/me/gorun), runs of
 // blanks (table widths); and, in the transcripts that need it, CPU lists
 // and NIC names, benchmark figures, and which rank fails first. gorun's
-// note that a job runs oversubscribed depends on the CPU count: it is left
-// out of what gorun printed when the document does not show it. The lines
-// of different ranks come in any order, so a command's output is compared
-// as a set of lines; where the document elides lines with "...", in order.
+// note that a job runs oversubscribed depends on the CPU count, and its note
+// that unbound ranks got OMP_NUM_THREADS=1 on whether they are bound (GPUs
+// bind them by default): each is left out of what gorun printed when the
+// document does not show it. The lines of different ranks come in any
+// order, so a command's output is compared as a set of lines; where the
+// document elides lines with "...", in order.
 //
 // The transcripts that build the example plugins are left out with
 // -short; notChecked lists those not run at all, and why.
@@ -376,10 +378,19 @@ var when = map[string][]rewrite{
 // machine's CPUs.
 var oversubscribed = regexp.MustCompile(`^gorun: note: \d+ ranks on localhost's \d+ slots?: running oversubscribed`)
 
+// defaultThreads is gorun's note that ranks sharing a host unbound got
+// OMP_NUM_THREADS=1: whether they are bound depends on the machine (GPUs
+// bind them by default).
+var defaultThreads = regexp.MustCompile(`^gorun: note: OMP_NUM_THREADS=1 for the \d+ unbound ranks`)
+
+// machineNotes are gorun's notes that depend on the machine, left out of
+// what gorun printed when the document does not show them.
+var machineNotes = []*regexp.Regexp{oversubscribed, defaultThreads}
+
 // normaliser returns the function that normalises a command's output
 // lines for a transcript with these commands on this host. Given what the
 // document shows (doc, nil for the document's own lines), it also leaves
-// out the oversubscription note where the document has none.
+// out each of machineNotes where the document has none.
 func normaliser(commands, host string) func(lines, doc []string) []string {
 	rules := slices.Clone(everywhere)
 	for k, rs := range when {
@@ -390,10 +401,15 @@ func normaliser(commands, host string) func(lines, doc []string) []string {
 	blanks := regexp.MustCompile(`[ \t]+`)
 	hostname := regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(host) + `$`)
 	return func(lines, doc []string) []string {
-		dropNote := doc != nil && !slices.ContainsFunc(doc, oversubscribed.MatchString)
+		var drop []*regexp.Regexp
+		for _, note := range machineNotes {
+			if doc != nil && !slices.ContainsFunc(doc, note.MatchString) {
+				drop = append(drop, note)
+			}
+		}
 		var out []string
 		for _, l := range lines {
-			if dropNote && oversubscribed.MatchString(l) {
+			if slices.ContainsFunc(drop, func(note *regexp.Regexp) bool { return note.MatchString(l) }) {
 				continue
 			}
 			if doc != nil && host != "" {

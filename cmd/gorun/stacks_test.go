@@ -332,7 +332,15 @@ func TestStacksHarmless(t *testing.T) {
 	}
 	r := j.wait(time.Minute)
 	checkDone(t, r, 4)
-	if strings.Contains(r.stderr, "gorun:") && !strings.HasPrefix(r.stderr, "gorun: note: 4 ranks on localhost's") || strings.Count(r.stderr, "\n") > 1 {
+	// gorun's notes on oversubscription and OMP_NUM_THREADS depend on
+	// the machine, not on stacks.
+	var rest []string
+	for _, l := range strings.SplitAfter(r.stderr, "\n") {
+		if !strings.HasPrefix(l, "gorun: note: 4 ranks on localhost's") && !strings.HasPrefix(l, "gorun: note: OMP_NUM_THREADS=1 ") {
+			rest = append(rest, l)
+		}
+	}
+	if other := strings.Join(rest, ""); strings.Contains(other, "gorun:") || strings.Count(other, "\n") > 1 {
 		t.Errorf("stderr: %q", r.stderr)
 	}
 }

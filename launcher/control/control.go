@@ -139,6 +139,10 @@ type RankSpec struct {
 	Rank      int  `json:"rank"`
 	LocalRank int  `json:"local_rank"`
 	Stdin     bool `json:"stdin,omitempty"` // this rank gets gorun's stdin
+	// CrossRank and CrossSize are Horovod's cross rank and size of the
+	// rank (env.CrossRanks), which need every node's rank count.
+	CrossRank int `json:"cross_rank,omitempty"`
+	CrossSize int `json:"cross_size,omitempty"`
 }
 
 // Launch asks an agent to start a generation of its ranks.
@@ -208,6 +212,10 @@ type Started struct {
 	// Topo summarises the host's topology when the agent looked at it
 	// (to bind): the head warns about hosts that differ from the others.
 	Topo string `json:"topo,omitempty"`
+	// DefaultThreads counts the ranks started here that got
+	// OMP_NUM_THREADS=1 because they share the host unbound and nobody set
+	// it (env.DefaultThreads): the head says so once.
+	DefaultThreads int `json:"default_threads,omitempty"`
 }
 
 // RankStart is one rank's process.
