@@ -467,16 +467,29 @@ func unknownKey(src, key string, schema Schema) error {
 }
 
 func suggest(key string, schema Schema) string {
-	norm := strings.ToLower(strings.ReplaceAll(key, "_", "-"))
-	for _, k := range schema {
-		if k.Name == norm {
-			return k.Name
+	names := make([]string, len(schema))
+	for i, k := range schema {
+		names[i] = k.Name
+	}
+	return Closest(key, names)
+}
+
+// Closest returns the name in names that word was probably meant to be, or
+// "" if none is close: the name word becomes in lower case with '_' written
+// '-' (gorun's names are lower-case and dashed), else the first name within
+// an edit distance of 2. The config files' unknown keys and the command
+// line's unknown flags are suggested this way.
+func Closest(word string, names []string) string {
+	norm := strings.ToLower(strings.ReplaceAll(word, "_", "-"))
+	for _, n := range names {
+		if n == norm {
+			return n
 		}
 	}
 	best, bestDist := "", 3
-	for _, k := range schema {
-		if d := editDistance(key, k.Name); d < bestDist {
-			best, bestDist = k.Name, d
+	for _, n := range names {
+		if d := editDistance(word, n); d < bestDist {
+			best, bestDist = n, d
 		}
 	}
 	return best

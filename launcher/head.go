@@ -26,6 +26,7 @@ import (
 	"github.com/gorun/gorun/rendezvous"
 	"github.com/gorun/gorun/sshclient"
 	"github.com/gorun/gorun/stacks"
+	"github.com/gorun/gorun/topology"
 )
 
 // Exit codes of gorun itself. A job whose rank failed exits with that
@@ -43,7 +44,10 @@ const (
 
 // Options is everything the head needs to run a job.
 type Options struct {
-	Argv          []string        // the program and its arguments
+	Argv []string // the program and its arguments
+	// Dir is the ranks' working directory on every host (--wdir), an
+	// absolute path; "" = gorun's own working directory.
+	Dir           string
 	Hosts         []hostfile.Host // where ranks may run
 	ImplicitHosts bool            // Hosts is the embedded localhost default, not the user's
 	Plan          PlanOptions
@@ -137,6 +141,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	if len(o.Argv) == 0 && !o.DryRun && !o.DisplayMap {
 		return ExitUsage, fmt.Errorf("%w: no program to run (gorun [flags] PROGRAM [ARGS...])", ErrUsage)
+	}
+	if _, err := topology.ParseBindTo(o.BindTo); err != nil {
+		return ExitUsage, fmt.Errorf("%w: --%v", ErrUsage, err)
+	}
+	if o.Dir != "" && !filepath.IsAbs(o.Dir) {
+		return ExitUsage, fmt.Errorf("%w: --wdir %s: not an absolute path", ErrUsage, o.Dir)
 	}
 	if o.ImplicitHosts {
 		o.Plan.Oversubscribe = true

@@ -20,7 +20,7 @@ import (
 // launchFor is node's Launch for generation gen.
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
-		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: cwd(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
+		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: h.dir(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
@@ -66,6 +66,14 @@ func (h *head) pmixHosts() []string {
 		}
 	})
 	return h.hostNames
+}
+
+// dir is the ranks' working directory: --wdir, else gorun's own.
+func (h *head) dir() string {
+	if h.o.Dir != "" {
+		return h.o.Dir
+	}
+	return cwd()
 }
 
 func cwd() string {

@@ -53,11 +53,17 @@ func (m MapBy) String() string {
 
 // ParseMapBy parses a --map-by value: slot, node, ppr:N:node, or numa and
 // package (hosts filled slot by slot, and each host's ranks spread over its
-// NUMA nodes or packages when bound).
+// NUMA nodes or packages when bound). Open MPI's spellings whose meaning
+// gorun shares are taken too: core is slot (gorun's slots are cores unless
+// a host list says otherwise, and --bind-to core fills the cores in order),
+// socket is package. Those it does not share (hwthread, ppr:N:socket) are
+// refused with the gorun way.
 func ParseMapBy(s string) (MapBy, error) {
 	switch s {
-	case "", "slot":
+	case "", "slot", "core":
 		return MapBy{Policy: "slot"}, nil
+	case "hwthread":
+		return MapBy{}, fmt.Errorf("%w: --map-by %q: gorun places ranks on whole cores, never one hardware thread of a core: use --map-by slot (with --bind-to core)", ErrPlan, s)
 	case "node":
 		return MapBy{Policy: "node"}, nil
 	case "numa", "package", "socket":
@@ -78,6 +84,8 @@ func ParseMapBy(s string) (MapBy, error) {
 			return MapBy{Policy: "ppr", PerNode: k}, nil
 		case "numa":
 			return MapBy{Policy: "ppr", PerNode: k, Per: "numa", Within: "numa"}, nil
+		case "socket", "package":
+			return MapBy{}, fmt.Errorf("%w: --map-by %q: gorun places N ranks per host or per NUMA node, not per package: use --map-by ppr:%d:numa (the same where each package is one NUMA node)", ErrPlan, s, k)
 		}
 		return MapBy{}, fmt.Errorf("%w: --map-by %q: want ppr:N:node or ppr:N:numa", ErrPlan, s)
 	}

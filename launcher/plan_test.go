@@ -89,14 +89,21 @@ func TestNewPlan(t *testing.T) {
 func TestParseMapBy(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]MapBy{"": {Policy: "slot"}, "slot": {Policy: "slot"}, "node": {Policy: "node"}, "ppr:4:node": {Policy: "ppr", PerNode: 4},
-		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}, "ppr:2:numa": {Policy: "ppr", PerNode: 2, Per: "numa", Within: "numa"}} {
+		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}, "ppr:2:numa": {Policy: "ppr", PerNode: 2, Per: "numa", Within: "numa"},
+		"core": {Policy: "slot"}} { // Open MPI's core: the cores are the slots
 		if got, err := ParseMapBy(in); err != nil || got != want {
 			t.Errorf("ParseMapBy(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "core", "ppr:2:core"} {
+	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "ppr:2:core", "hwthread", "diagonal"} {
 		if _, err := ParseMapBy(in); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), in) {
 			t.Errorf("ParseMapBy(%q) error = %v", in, err)
+		}
+	}
+	// Open MPI's spellings that gorun does not share name the gorun way.
+	for in, way := range map[string]string{"hwthread": "use --map-by slot", "ppr:2:socket": "use --map-by ppr:2:numa"} {
+		if _, err := ParseMapBy(in); err == nil || !strings.Contains(err.Error(), way) {
+			t.Errorf("ParseMapBy(%q) error = %v, want one naming %q", in, err, way)
 		}
 	}
 }

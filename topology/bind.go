@@ -45,6 +45,9 @@ func ParseBindTo(s string) (BindTo, error) {
 		return b, nil
 	case "socket":
 		return BindPackage, nil
+	case "hwthread", "hwthreads", "thread":
+		// Open MPI's: gorun keeps a core's hardware threads together.
+		return "", fmt.Errorf("bind-to %q: gorun binds whole cores, never one hardware thread of a core: use --bind-to core", s)
 	}
 	return "", fmt.Errorf("bind-to %q: want none, core, numa, package or gpu", s)
 }

@@ -375,6 +375,10 @@ func TestParseBindTo(t *testing.T) {
 	if _, err := ParseBindTo("l3cache"); err == nil {
 		t.Error("ParseBindTo(l3cache) succeeded")
 	}
+	// Open MPI's hwthread: refused, naming the gorun way.
+	if _, err := ParseBindTo("hwthread"); err == nil || !strings.Contains(err.Error(), "use --bind-to core") {
+		t.Errorf("ParseBindTo(hwthread) error = %v, want one naming --bind-to core", err)
+	}
 }
 
 func TestFormatBindingsGolden(t *testing.T) {

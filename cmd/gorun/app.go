@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -83,6 +84,11 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Writer:                stdout,
 		ErrWriter:             stderr,
 		CustomAppHelpTemplate: helpTemplate,
+		// A flag urfave/cli cannot parse (a value missing or of the wrong
+		// type): one line, no help (rewriteArgs has refused unknown flags).
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return errExit{code: launcher.ExitUsage, err: err}
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() == 0 && !c.Bool("dry-run") {
 				cli.ShowAppHelp(c)
@@ -165,8 +171,15 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 // run runs gorun with args and returns its exit code.
 func run(args []string) (int, error) {
+	args, notes, err := rewriteArgs(args)
+	if err != nil {
+		return launcher.ExitUsage, err
+	}
+	for _, n := range notes {
+		fmt.Fprintf(os.Stderr, "gorun: note: %s\n", n)
+	}
 	app := newApp(os.Stdout, os.Stderr)
-	err := app.Run(benchArgs(args))
+	err = app.Run(benchArgs(args))
 	var ee errExit
 	switch {
 	case err == nil:
@@ -335,7 +348,14 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	default:
 		return launcher.Options{}, usage(fmt.Errorf("--pmix %q: want auto, on or off", get("pmix")))
 	}
+	var wdir string
+	if d := get("wdir"); d != "" {
+		if wdir, err = filepath.Abs(d); err != nil {
+			return launcher.Options{}, usage(fmt.Errorf("--wdir %s: %w", d, err))
+		}
+	}
 	o := launcher.Options{
+		Dir:   wdir,
 		Hosts: hosts, ImplicitHosts: implicit,
 		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: num("npernode"),
 			Oversubscribe: flag("oversubscribe"), Source: desc},

@@ -24,7 +24,7 @@ _gorun() {
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     case "$prev" in
         --hostfile|--machinefile|--summary-json) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --output-filename|--plugin-dir|--record) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --output-filename|--plugin-dir|--record|--wdir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --map-by) COMPREPLY=($(compgen -W "slot node ppr:1:node" -- "$cur")); return ;;
         --bind-to) COMPREPLY=($(compgen -W "gpu core numa package none" -- "$cur")); return ;;
         --gpu-bind) COMPREPLY=($(compgen -W "all single" -- "$cur")); return ;;
@@ -51,7 +51,7 @@ complete -F _gorun gorun
 				switch s.name {
 				case "hostfile", "summary-json":
 					val += "_files"
-				case "output-filename", "record":
+				case "output-filename", "record", "wdir":
 					val += "_files -/"
 				case "map-by":
 					val += "(slot node ppr\\:1\\:node)"

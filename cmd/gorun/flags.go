@@ -46,6 +46,7 @@ var settings = []setting{
 	{name: "merge-window", kind: config.Duration, def: "200ms", arg: "DURATION", usage: "with --merge-output, how long a line waits for the other ranks' identical lines (it goes as soon as every running rank printed it)"},
 	{name: "output-filename", kind: config.String, arg: "DIR", usage: "write each rank's output to `DIR`/rank.N/{stdout,stderr} instead"},
 	{name: "stdin", kind: config.String, def: "0", arg: "RANK", usage: "send gorun's stdin to `RANK` (default: 0), or none"},
+	{name: "wdir", kind: config.String, arg: "DIR", usage: "start the ranks in `DIR` on every host (a relative DIR is taken from gorun's working directory; default: gorun's working directory)"},
 	{name: "grace-period", kind: config.Duration, def: "3s", arg: "DURATION", usage: "time between SIGTERM and SIGKILL when the job is stopped"},
 	{name: "timeout", kind: config.Duration, def: "0s", arg: "SECONDS", usage: "stop the job after `SECONDS` (or a duration such as 10m); 0 = never"},
 	{name: "max-restarts", kind: config.Int, def: "0", arg: "N", usage: "restart the whole job up to `N` times after a failure"},

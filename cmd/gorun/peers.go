@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gorun/gorun/config"
+)
+
+// The flags a migrant from mpirun, mpiexec or torchrun types. Spellings
+// whose meaning gorun has become gorun's flags before urfave/cli parses
+// (it takes one value per flag; --mca and -genv take two); the others are
+// refused with one line that names the gorun way.
+
+// peerFlag is a peer launcher's flag, looked up by its name without dashes.
+type peerFlag struct {
+	names []string // spellings, without dashes ('_' is looked up as '-')
+	nargs int      // values it takes
+	// gorun returns the gorun arguments it becomes; nil means refused.
+	gorun func(vals []string) []string
+	// hint is the refusal's text: the gorun way ({} is the value).
+	hint string
+	// note, if any, is printed on stderr when the flag is accepted.
+	note string
+}
+
+// as returns a gorun that rewrites the flag into flag and its values.
+func as(flag string) func([]string) []string {
+	return func(v []string) []string { return append([]string{flag}, v...) }
+}
+
+// exports returns a gorun that turns a NAME VALUE pair into -x prefix+NAME=VALUE.
+func exports(prefix string) func([]string) []string {
+	return func(v []string) []string { return []string{"-x", prefix + v[0] + "=" + v[1]} }
+}
+
+// exportList turns A,B,C into -x A -x B -x C.
+func exportList(v []string) []string {
+	var out []string
+	for _, n := range strings.Split(v[0], ",") {
+		if n != "" {
+			out = append(out, "-x", n)
+		}
+	}
+	return out
+}
+
+const genvallNote = "-genvall: ranks on this machine inherit gorun's environment already; " +
+	"remote ranks get sshd's environment plus -x exports (name the variables: -x NAME or -genvlist A,B)"
+
+// peerFlags is the table of peer spellings (man/gorun.1 lists each next to
+// the gorun option it means).
+var peerFlags = []peerFlag{
+	// Open MPI's mpirun.
+	{names: []string{"wd", "cwd"}, nargs: 1, gorun: as("--wdir")},
+	{names: []string{"mca"}, nargs: 2, gorun: exports("OMPI_MCA_")},
+	// MPICH's Hydra mpiexec.
+	{names: []string{"f"}, nargs: 1, gorun: as("--hostfile")},
+	{names: []string{"ppn"}, nargs: 1, gorun: as("--npernode")},
+	{names: []string{"hosts"}, nargs: 1, gorun: as("--host")},
+	{names: []string{"genv", "env"}, nargs: 2, gorun: exports("")},
+	{names: []string{"genvlist", "envlist"}, nargs: 1, gorun: exportList},
+	{names: []string{"genvall", "envall"}, gorun: func([]string) []string { return nil }, note: genvallNote},
+	{names: []string{"l", "prepend-rank"}, gorun: as("--tag-output")},
+	// torchrun: one gorun runs the whole job, on every host.
+	{names: []string{"nproc-per-node"}, nargs: 1, hint: "gorun's -N {} (ranks per host)"},
+	{names: []string{"nnodes"}, nargs: 1, hint: "gorun runs on every host of -H or --hostfile: give it {} hosts"},
+	{names: []string{"node-rank"}, nargs: 1, hint: "gorun starts the ranks of every host itself: run one gorun, on one host, with the hosts in -H or --hostfile"},
+	{names: []string{"rdzv-endpoint", "rdzv-backend", "rdzv-id", "rdzv-conf"}, nargs: 1, hint: "gorun needs no rendezvous server: it sets MASTER_ADDR and MASTER_PORT for the ranks (drop it)"},
+	{names: []string{"standalone"}, hint: "gorun needs no rendezvous server: drop it"},
+	{names: []string{"master-addr"}, nargs: 1, hint: "gorun sets MASTER_ADDR to rank 0's host (--iface picks the interface; -x MASTER_ADDR={} forces it)"},
+	{names: []string{"master-port"}, nargs: 1, hint: "gorun picks a free MASTER_PORT (-x MASTER_PORT={} forces it)"},
+}
+
+// peerFlagNamed returns the peer flag spelled name, if any.
+func peerFlagNamed(name string) (peerFlag, bool) {
+	name = strings.ReplaceAll(name, "_", "-")
+	for _, p := range peerFlags {
+		for _, n := range p.names {
+			if n == name {
+				return p, true
+			}
+		}
+	}
+	return peerFlag{}, false
+}
+
+// peerSpellings returns every peer spelling, for the docs test.
+func peerSpellings() []string {
+	var out []string
+	for _, p := range peerFlags {
+		out = append(out, p.names...)
+	}
+	return out
+}
+
+// mainFlags returns the main command's flag names (without dashes) and
+// whether each takes a value.
+func mainFlags() map[string]bool {
+	m := map[string]bool{"h": false, "help": false, "version": false}
+	for _, s := range settings {
+		for _, n := range append([]string{s.name}, s.aliases...) {
+			m[n] = s.kind != config.Bool
+		}
+	}
+	return m
+}
+
+// rewriteArgs reads the main command's options in args (args[0] is the
+// program's name), up to the first argument that is not an option (the
+// program or a subcommand) or "--": it rewrites the peer spellings gorun
+// takes into gorun's flags, and refuses an unknown flag or a peer flag
+// gorun does not take with an error of one line that names the gorun
+// flag (a usage error: exit status 2). Everything from the program on is
+// left as it is. notes are lines to print on stderr.
+func rewriteArgs(args []string) (out, notes []string, err error) {
+	known := mainFlags()
+	out = append(out, args[0])
+	i := 1
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if takesValue, ok := known[name]; ok {
+			out = append(out, a)
+			if takesValue && !hasValue && i+1 < len(args) {
+				i++
+				out = append(out, args[i])
+			}
+			continue
+		}
+		p, ok := peerFlagNamed(name)
+		if !ok {
+			return nil, nil, unknownFlag(strings.SplitN(a, "=", 2)[0], name, known)
+		}
+		var vals []string
+		if hasValue {
+			vals = append(vals, value)
+		}
+		for len(vals) < p.nargs && i+1 < len(args) {
+			i++
+			vals = append(vals, args[i])
+		}
+		typed := strings.Join(append([]string{strings.SplitN(a, "=", 2)[0]}, vals...), " ")
+		if p.gorun == nil {
+			return nil, nil, fmt.Errorf("%s: %s", typed, strings.ReplaceAll(p.hint, "{}", strings.Join(vals, " ")))
+		}
+		if len(vals) != p.nargs {
+			want := []string{"no value", "a value", "two values (NAME VALUE)"}[p.nargs]
+			return nil, nil, fmt.Errorf("%s: takes %s", typed, want)
+		}
+		out = append(out, p.gorun(vals)...)
+		if p.note != "" {
+			notes = append(notes, p.note)
+		}
+	}
+	return append(out, args[i:]...), notes, nil
+}
+
+// unknownFlag is the error for the flag typed as a, with the closest of
+// gorun's flags (names of one letter are suggested for none: any other
+// letter is one edit away).
+func unknownFlag(a, name string, known map[string]bool) error {
+	var names []string
+	for n := range known {
+		if len(n) > 1 {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names) // the same suggestion every time
+	if len(name) > 2 {
+		if s := config.Closest(name, names); s != "" {
+			return fmt.Errorf("unknown flag %s (did you mean %s?)", a, dashed(s))
+		}
+	}
+	return fmt.Errorf("unknown flag %s (gorun --help lists them)", a)
+}
