@@ -63,6 +63,10 @@ type agent struct {
 	o   AgentOptions
 	w   *control.Writer
 	log *log
+	// parent is the agent's parent process at its start: the head, for
+	// an agent a LocalStarter started. Another one later says the parent
+	// is gone.
+	parent int
 
 	// interrupted says a step's first interrupt was passed on to the head;
 	// only the loop uses it.
@@ -131,12 +135,13 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	}
 	a := &agent{
-		o:     o,
-		w:     control.NewWriter(o.Out),
-		log:   &log{w: o.Log, prefix: "gorun agent " + o.Host + ": "},
-		byPID: map[int]*rankProc{},
-		stdin: map[int]chan []byte{},
-		quit:  make(chan struct{}),
+		o:      o,
+		w:      control.NewWriter(o.Out),
+		log:    &log{w: o.Log, prefix: "gorun agent " + o.Host + ": "},
+		byPID:  map[int]*rankProc{},
+		stdin:  map[int]chan []byte{},
+		quit:   make(chan struct{}),
+		parent: os.Getppid(),
 	}
 	defer a.quitOnce.Do(func() { close(a.quit) })
 	r := control.NewReader(o.In)
@@ -275,8 +280,38 @@ func (a *agent) onSignal(s os.Signal) (stop bool, err error) {
 		a.w.Send(control.TypeSignaled, control.Signal{Signal: int(sig)})
 		return false, nil
 	}
+	if sig == syscall.SIGTERM && a.parentGone(parentGoneWait) {
+		// The head is gone: a local agent's Pdeathsig, sent as the head's
+		// thread that started it exits (gorun dying of SIGPIPE in
+		// `gorun ... | head -1`, say). Stop quietly, as on EOF from the
+		// head: a line now would land on the terminal after gorun's exit
+		// and explain nothing.
+		return true, a.shutdown(stopGraceOnEOF)
+	}
 	a.log.printf("got %v: stopping every rank", s)
+	// The head hears of it first, so that the job ends as one that got
+	// the signal (128+N, naming this host), not as a success of ranks
+	// that the agent stopped.
+	a.w.Send(control.TypeSignaled, control.Signal{Signal: int(sig)})
 	return true, a.shutdown(stopGraceOnEOF)
+}
+
+// parentGoneWait bounds how long a SIGTERM waits to learn whether the
+// agent's parent is dying: a Pdeathsig comes as the parent's thread exits,
+// before the parent has ended.
+const parentGoneWait = 250 * time.Millisecond
+
+// parentGone says whether the agent's parent ends within wait: the kernel
+// then gives the agent another parent.
+func (a *agent) parentGone(wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for os.Getppid() == a.parent {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
 }
 
 // framesEnded stops the agent once the head's frames end with err: after a

@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -112,10 +113,11 @@ func (c *checker) start(ctx context.Context) {
 	}
 	if startErr != nil {
 		for _, e := range splitJoined(startErr) {
-			for i := range res {
-				if !res[i].OK && strings.Contains(e.Error(), res[i].Host) {
-					res[i].Err = e.Error()
-				}
+			// The error names its host, as the table does (FormatCheck
+			// prints "HOST: ERR"): once is enough.
+			var ne *nodeError
+			if errors.As(e, &ne) && !res[ne.node].OK {
+				res[ne.node].Err = strings.TrimPrefix(ne.Error(), res[ne.node].Host+": ")
 			}
 		}
 	}

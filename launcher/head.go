@@ -142,6 +142,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if len(o.Argv) == 0 && !o.DryRun && !o.DisplayMap {
 		return ExitUsage, fmt.Errorf("%w: no program to run (gorun [flags] PROGRAM [ARGS...])", ErrUsage)
 	}
+	if o.DryRun && o.PrintEnv >= 0 {
+		// Each stops before the program starts, in its own way: --dry-run
+		// before any agent starts, --print-env after the agents compute
+		// rank N's environment. Doing one silently is a surprise.
+		return ExitUsage, fmt.Errorf("%w: --dry-run and --print-env %d exclude each other: --dry-run prints the plan and starts nothing; --print-env starts the agents to show rank %d's environment; give one", ErrUsage, o.PrintEnv, o.PrintEnv)
+	}
 	if _, err := topology.ParseBindTo(o.BindTo); err != nil {
 		return ExitUsage, fmt.Errorf("%w: --%v", ErrUsage, err)
 	}

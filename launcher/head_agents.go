@@ -72,15 +72,30 @@ func (h *head) startAgents(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = &nodeError{node: i, err: err}
+		}
+	}
 	return errors.Join(errs...)
 }
+
+// nodeError is one node's part of startAgents' error, which already names
+// its host: gorun check files it under that host, without the name.
+type nodeError struct {
+	node int
+	err  error
+}
+
+func (e *nodeError) Error() string { return e.err.Error() }
+func (e *nodeError) Unwrap() error { return e.err }
 
 // startDirect starts node's agent through the starter.
 func (h *head) startDirect(ctx context.Context, node int, host hostfile.Host) (*agentConn, error) {
 	p, err := h.o.Starter.StartAgent(ctx, host)
 	if err != nil {
 		if !strings.HasPrefix(err.Error(), host.Name+":") {
-			err = fmt.Errorf("start the agent on %s: %w", host.Name, err)
+			err = fmt.Errorf("%s: start the agent: %w", host.Name, err)
 		}
 		return nil, err
 	}
@@ -109,7 +124,7 @@ func (h *head) startRelayed(ctx context.Context, node int, host hostfile.Host, p
 	timeout := h.beatTimeout()
 	if err := pa.w.Send(control.TypeSpawn, control.Spawn{Node: node, Host: host.Name, User: host.User,
 		Port: host.Port, Exe: exe, SSH: h.o.SSH, Beat: timeout / 5, BeatTimeout: timeout}); err != nil {
-		return nil, fmt.Errorf("start the agent on %s through %s: %w", host.Name, h.plan.Nodes[parent].Host.Name, err)
+		return nil, fmt.Errorf("%s: start the agent through %s: %w", host.Name, h.plan.Nodes[parent].Host.Name, err)
 	}
 	stop := context.AfterFunc(ctx, func() { r.Kill() })
 	a, err := h.connect(node, host, r)

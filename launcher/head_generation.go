@@ -71,6 +71,10 @@ type genState struct {
 	// lastSig is when a step's agent last reported each signal, which
 	// is forwarded once a second at most.
 	lastSig map[syscall.Signal]time.Time
+	// headSig is when gorun itself last got each signal: an agent that
+	// reports the same one within a second got it with gorun (a signal
+	// to the whole process group), and it was forwarded already.
+	headSig map[syscall.Signal]time.Time
 	now     func() time.Time // the clock: time.Now but in tests
 
 	// What the loop waits on besides the agents' events; each timer
@@ -82,7 +86,7 @@ type genState struct {
 }
 
 func (h *head) newGen(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) *genState {
-	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lastSig: map[syscall.Signal]time.Time{}, now: time.Now,
+	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lastSig: map[syscall.Signal]time.Time{}, headSig: map[syscall.Signal]time.Time{}, now: time.Now,
 		sigs: sigs, timeout: timeout, done: ctx.Done()}
 }
 
@@ -422,7 +426,7 @@ func (g *genState) onAgentError(e agentError) {
 // started itself) get it too, once.
 func (g *genState) onAgentSignaled(e agentSignaled) {
 	now := g.now()
-	if now.Sub(g.lastSig[e.sig]) < time.Second {
+	if now.Sub(g.lastSig[e.sig]) < time.Second || now.Sub(g.headSig[e.sig]) < time.Second {
 		return
 	}
 	g.lastSig[e.sig] = now
@@ -438,6 +442,7 @@ func (g *genState) onAgentSignaled(e agentSignaled) {
 // kills them.
 func (g *genState) onSignal(e signalReceived) {
 	h := g.h
+	g.headSig[e.sig] = g.now()
 	if g.now().Sub(g.lastSig[e.sig]) < time.Second && g.interrupts == 1 {
 		return // the same signal, which a step's agent reported first
 	}

@@ -114,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{"no program", []string{"-np", "2"}, []string{"no program"}},
 		{"bad --pmix", []string{"--pmix", "maybe", "true"}, []string{"--pmix", "maybe", "auto, on or off"}},
 		{"print-env out of range", []string{"--print-env", "7", "-np", "2", "true"}, []string{"--print-env 7", "0-1"}},
+		// --dry-run used to win silently, --print-env ignored.
+		{"dry-run with print-env", []string{"--dry-run", "--print-env", "0", "-np", "2", "true"}, []string{"--dry-run and --print-env 0 exclude each other"}},
 		// It used to die of an out-of-memory crash, with a stack dump.
 		{"np over the bound", []string{"-np", "2000000000", "true"}, []string{"-np 2000000000 is more than gorun runs (16777216 ranks at most)"}},
 		{"slots over the bound", []string{"-H", manySlots, "true"}, []string{"one per slot of -H", "16777216"}},

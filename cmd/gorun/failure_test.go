@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -403,4 +407,107 @@ func TestBadInterpreter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gorun dying of SIGPIPE (`gorun ... | head -1`) leaves no survivors and
+// nothing that reaches its stderr after it exited: its local agent, which
+// shares that stderr, used to print "got terminated: stopping every rank"
+// there, on the terminal after the shell's prompt.
+func TestBrokenPipeQuiet(t *testing.T) {
+	t.Parallel()
+	for i := range 3 { // the agent's line came 11 times in 15
+		mark := newMark(t)
+		cmd := gorunCommand(t.Context(), "-np", "2", "-H", "localhost:2", "-x", "GORUN_TEST_MARK="+mark, "sh", "-c",
+			`echo line-$RANK; sleep 0.$((RANK*3)); echo again-$RANK; sleep 100`)
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdout, cmd.Stderr = outW, errW
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		outW.Close()
+		errW.Close()
+		var mu sync.Mutex
+		var stderr []byte
+		eof := make(chan struct{})
+		go func() {
+			defer close(eof)
+			b := make([]byte, 4096)
+			for {
+				n, err := errR.Read(b)
+				mu.Lock()
+				stderr = append(stderr, b[:n]...)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		// head -1: one line, then the read end closes.
+		line, _ := bufio.NewReader(outR).ReadString('\n')
+		outR.Close()
+		if !strings.HasPrefix(line, "line-") {
+			t.Fatalf("round %d: first line %q", i, line)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("round %d: gorun still runs 20 s after its stdout closed", i)
+		}
+		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signal() != syscall.SIGPIPE {
+			t.Errorf("round %d: gorun ended with %v, want death by SIGPIPE (141 in a shell)", i, cmd.ProcessState)
+		}
+		mu.Lock()
+		atExit := len(stderr)
+		mu.Unlock()
+		select {
+		case <-eof: // the agent ended too
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: gorun's stderr still open (its agent alive?) 10 s after gorun exited", i)
+		}
+		errR.Close()
+		if late := stderr[atExit:]; len(late) > 0 {
+			t.Errorf("round %d: after gorun exited, its stderr got:\n%s", i, late)
+		}
+		assertNoSurvivors(t, mark, 5*time.Second)
+	}
+}
+
+// An agent that something outside gorun terminates (its host shutting
+// down, a user's kill) ends the job as one that got the signal, naming
+// the host, and not as a success of the ranks it stopped.
+func TestAgentTerminated(t *testing.T) {
+	mark := newMark(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := gorunCommand(ctx, "-np", "2", "-x", "GORUN_TEST_MARK="+mark, "sleep", "30")
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitMarked(t, mark, 2, 30*time.Second)
+	agents := procfs.Proc.Children(cmd.Process.Pid)
+	if len(agents) != 1 {
+		t.Fatalf("gorun has %d children, want its one agent: %v", len(agents), agents)
+	}
+	syscall.Kill(agents[0], syscall.SIGTERM)
+	err := cmd.Wait()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	if code != 128+int(syscall.SIGTERM) || !strings.Contains(errb.String(), "localhost got SIGTERM from outside") {
+		t.Errorf("exit %d (%v)\n%s", code, err, errb.String())
+	}
+	assertNoSurvivors(t, mark, 5*time.Second)
 }

@@ -202,6 +202,18 @@ func TestScripted(t *testing.T) {
 			wantOut: "[0] prompt> \n[1] hi\n[0] yes\n",
 		},
 		{
+			// Documented (gorun(1) OUTPUT, README): untagged bytes pass
+			// through, so another rank's line continues a flushed partial one.
+			name: "untagged flushed partial line continued by another rank",
+			o:    Options{FlushDelay: 20 * time.Millisecond},
+			ops: []op{
+				{data: "partial-"}, {waitOut: "partial-"},
+				{rank: 1, data: "full\n"},
+				{data: "rest\n"},
+			},
+			wantOut: "partial-full\nrest\n",
+		},
+		{
 			name: "owner continues its line",
 			o:    Options{Tag: true, FlushDelay: 20 * time.Millisecond},
 			ops: []op{
