@@ -24,9 +24,10 @@ func TestBindingsFromInsideRanks(t *testing.T) {
 			[]string{`rank=0 Cpus_allowed_list: 0 Mems_allowed_list: 0 +omp=1`, `rank=1 Cpus_allowed_list: 1 Mems_allowed_list: 0 +omp=1`}},
 		{"numa", []string{"-np", "2", "-H", "localhost:2", "--bind-to", "numa"},
 			[]string{`rank=0 Cpus_allowed_list: 0-1 .*omp=1`, `rank=1 Cpus_allowed_list: 0-1 .*omp=1`}},
-		// No GPUs here: the default binds nothing.
+		// No GPUs here: the default binds nothing, and two unbound ranks
+		// sharing the host get OMP_NUM_THREADS=1, as torchrun's do.
 		{"default without GPUs", []string{"-np", "2", "-H", "localhost:2"},
-			[]string{`rank=0 Cpus_allowed_list: 0-1 .*omp=$`, `rank=1 Cpus_allowed_list: 0-1 .*omp=$`}},
+			[]string{`rank=0 Cpus_allowed_list: 0-1 .*omp=1$`, `rank=1 Cpus_allowed_list: 0-1 .*omp=1$`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
