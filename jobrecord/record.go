@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,22 +195,7 @@ func (r *Record) Write(dir string) error {
 // writeFile writes b to path (mode 0600) through a temporary file in the
 // same directory, renamed over path once written and synced.
 func writeFile(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("job record: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path) // CreateTemp made it 0600
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, b, atomicfile.Options{Sync: true}); err != nil {
 		return fmt.Errorf("job record %s: %w", path, err)
 	}
 	return nil

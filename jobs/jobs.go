@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/atomicfile"
 	"github.com/gorun/gorun/internal/selfcert"
 	"io"
 	"net"
@@ -337,19 +338,7 @@ func writeFile(file string, info Info) error {
 
 // writeBytes writes b as file, atomically and readable by the user alone.
 func writeBytes(file string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), ".job-*")
-	if err != nil {
-		return fmt.Errorf("job file: %w", err)
-	}
-	_, err = tmp.Write(b)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), file)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	if err := atomicfile.Write(file, b, atomicfile.Options{}); err != nil {
 		return fmt.Errorf("job file %s: %w", file, err)
 	}
 	return nil

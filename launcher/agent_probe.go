@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -168,11 +167,11 @@ func (a *agent) probeStatus(ctx context.Context) (any, error) {
 		if p, err := stacks.ProcInfo(r.pid); err == nil {
 			s.State = p.State
 		}
-		for _, pid := range tree(r.pid, 64) {
+		for _, pid := range procfs.Proc.Tree(r.pid, 64) {
 			if p, err := stacks.ProcInfo(pid); err == nil {
 				s.CPU += p.CPU
 			}
-			s.RSSKB += statusKB(pid, "VmRSS")
+			s.RSSKB += procfs.Proc.StatusKB(pid, "VmRSS")
 		}
 		if kv != nil {
 			s.Ops = kv.Ops(r.rank)
@@ -201,24 +200,6 @@ func (a *agent) probeStatus(ctx context.Context) (any, error) {
 		a.cpuPrev[r.pid] = cpuSample{now, out[i].CPU}
 	}
 	return out, nil
-}
-
-// tree lists pid and its descendants, at most max.
-func tree(pid, max int) []int {
-	out := []int{pid}
-	for i := 0; i < len(out) && len(out) < max; i++ {
-		out = append(out, procfs.Proc.Children(out[i])...)
-	}
-	return out[:min(len(out), max)]
-}
-
-// statusKB reads a "Key: N kB" line of /proc/PID/status; 0 if absent.
-func statusKB(pid int, key string) int64 {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
-	if err != nil {
-		return 0
-	}
-	return procfs.ParseStatusKB(b, key)
 }
 
 // prepareStacks makes the directory where the ranks' Python hook writes

@@ -376,19 +376,15 @@ func (h *head) setState(s string) {
 	}()
 }
 
-// unpublish waits for publish, then removes the job file and closes the
-// job socket; again, it waits for the first call to finish.
+// unpublish removes the job file and closes the job socket (after
+// publish, if it is under way), and waits until that is done.
 func (h *head) unpublish() {
+	h.unpublishSoon()
 	h.jobsMu.Lock()
 	done := h.jobsDone
-	h.stopPublishing()
 	h.jobsMu.Unlock()
-	if done == nil {
-		return
-	}
-	<-done
-	if h.jobsrv != nil {
-		h.jobsrv.Close()
+	if done != nil {
+		<-done
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gorun/gorun/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -391,22 +392,8 @@ func WritePythonHook(dir string) error {
 		return fmt.Errorf("stacks: Python hook: %w", err)
 	}
 	name := filepath.Join(dir, "sitecustomize.py")
-	tmp, err := os.CreateTemp(dir, ".sitecustomize-*.py")
-	if err != nil {
-		return fmt.Errorf("stacks: Python hook: %w", err)
-	}
-	_, err = tmp.WriteString(strings.ReplaceAll(pythonHook, "@SIGNAL@", strconv.Itoa(DumpSignal)))
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), name)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	hook := strings.ReplaceAll(pythonHook, "@SIGNAL@", strconv.Itoa(DumpSignal))
+	if err := atomicfile.Write(name, []byte(hook), atomicfile.Options{Mode: 0o644}); err != nil {
 		return fmt.Errorf("stacks: Python hook %s: %w", name, err)
 	}
 	return nil

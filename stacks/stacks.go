@@ -311,16 +311,9 @@ func collect(ctx context.Context, pfs procfs.FS, pid int, o Options) ([]Proc, er
 		return nil, err
 	}
 	procs := []Proc{root}
-	for i := 0; i < len(procs) && len(procs) < o.maxProcs(); i++ {
-		kids := pfs.Children(procs[i].PID)
-		slices.Sort(kids)
-		for _, k := range kids {
-			if len(procs) >= o.maxProcs() {
-				break
-			}
-			if p, err := procInfo(pfs, k); err == nil {
-				procs = append(procs, p)
-			}
+	for _, k := range pfs.Tree(pid, o.maxProcs())[1:] {
+		if p, err := procInfo(pfs, k); err == nil {
+			procs = append(procs, p)
 		}
 	}
 	m := MainProc(procs)

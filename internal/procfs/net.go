@@ -40,19 +40,20 @@ func (fs FS) DefaultRouteIface() string {
 // ParseStatusKB returns the field key of a /proc/PID/status file
 // ("VmHWM": the peak resident set) in KiB; 0 when it has no such field.
 func ParseStatusKB(b []byte, key string) int64 {
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), key+":"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := strconv.ParseInt(strings.TrimSuffix(ParseStatus(b, key), " kB"), 10, 64)
+	return n
 }
 
 // SelfStatusKB returns the field key of this process's status (see
 // [ParseStatusKB]); 0 when it cannot be read.
-func (fs FS) SelfStatusKB(key string) int64 {
-	b, err := os.ReadFile(fs.path("self", "status"))
+func (fs FS) SelfStatusKB(key string) int64 { return fs.statusKB("self", key) }
+
+// StatusKB returns the field key of process pid's status (see
+// [ParseStatusKB]); 0 when it cannot be read.
+func (fs FS) StatusKB(pid int, key string) int64 { return fs.statusKB(pidDir(pid), key) }
+
+func (fs FS) statusKB(dir, key string) int64 {
+	b, err := os.ReadFile(fs.path(dir, "status"))
 	if err != nil {
 		return 0
 	}

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -75,6 +76,19 @@ func (fs FS) Children(ppid int) []int {
 		}
 	}
 	return out
+}
+
+// Tree lists pid and its descendants, breadth first, each process's
+// children in pid order, at most max of them. Like Children, it is a
+// snapshot.
+func (fs FS) Tree(pid, max int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out) && len(out) < max; i++ {
+		kids := fs.Children(out[i])
+		slices.Sort(kids)
+		out = append(out, kids...)
+	}
+	return out[:min(len(out), max)]
 }
 
 // FDs yields the open descriptors of process pid: the path of each one's

@@ -378,3 +378,24 @@ func TestProcTask(t *testing.T) {
 		t.Errorf("PtraceScope without Yama = %d", s)
 	}
 }
+
+// Tree starts with the process itself and finds a child of it; max
+// bounds it; StatusKB reads a live process's resident set.
+func TestTreeAndStatusKB(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	self := os.Getpid()
+	tree := Proc.Tree(self, 64)
+	if tree[0] != self || !slices.Contains(tree, cmd.Process.Pid) {
+		t.Errorf("Tree(%d) = %v, want it first and its child %d", self, tree, cmd.Process.Pid)
+	}
+	if got := Proc.Tree(self, 1); len(got) != 1 {
+		t.Errorf("Tree(%d, 1) = %v", self, got)
+	}
+	if kb := Proc.StatusKB(cmd.Process.Pid, "VmRSS"); kb <= 0 {
+		t.Errorf("StatusKB(VmRSS) = %d", kb)
+	}
+}

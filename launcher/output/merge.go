@@ -445,15 +445,7 @@ func (m *Mux) writeMerged(st *rankState, t time.Time, p []byte) {
 			st.pend = st.pend[:0]
 		}
 	}
-	if len(p) == 0 {
-		return
-	}
-	if len(st.pend) == 0 {
-		st.pendT = t
-		st.fresh = true
-	}
-	if len(st.pend)+len(p) <= MaxPartial {
-		st.pend = append(st.pend, p...)
+	if st.hold(p, t) {
 		return
 	}
 	m.forceRank(st.k)

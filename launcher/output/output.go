@@ -360,15 +360,7 @@ func (m *Mux) writePrefixed(st *rankState, t time.Time, p []byte) {
 		out.midLine = false
 		p = p[i+1:]
 	}
-	if len(p) == 0 {
-		return
-	}
-	if len(st.pend) == 0 {
-		st.pendT = t
-		st.fresh = true
-	}
-	if len(st.pend)+len(p) <= MaxPartial {
-		st.pend = append(st.pend, p...)
+	if st.hold(p, t) {
 		return
 	}
 	m.lineStart(st, t)
@@ -376,6 +368,25 @@ func (m *Mux) writePrefixed(st *rankState, t time.Time, p []byte) {
 	out.put(p)
 	st.pend = st.pend[:0]
 	out.midLine, out.owner = true, st.k
+}
+
+// hold keeps p, the start of a line that arrived at t, to be written
+// with the rest of its line; it reports false, keeping nothing, when the
+// partial line would grow over MaxPartial (the caller writes it out).
+// Nothing (p empty) is held.
+func (st *rankState) hold(p []byte, t time.Time) bool {
+	if len(p) == 0 {
+		return true
+	}
+	if len(st.pend) == 0 {
+		st.pendT = t
+		st.fresh = true
+	}
+	if len(st.pend)+len(p) <= MaxPartial {
+		st.pend = append(st.pend, p...)
+		return true
+	}
+	return false
 }
 
 // lineStart prepares st's output for bytes of st: nothing if st owns the
