@@ -293,10 +293,13 @@ func (l *localKV) expire(r *localRound) {
 	}
 	sort.Ints(missing)
 	l.mu.Unlock()
-	l.gone(&LocalFenceTimeoutError{Missing: missing, Timeout: l.watch.Timeout})
+	// The ranks that never arrived are reported before the waiting ones
+	// learn of the failure: those exit at once, and their exits must not
+	// reach the head before the report that names the culprits.
 	if l.watch.OnTimeout != nil {
 		l.watch.OnTimeout(missing)
 	}
+	l.gone(&LocalFenceTimeoutError{Missing: missing, Timeout: l.watch.Timeout})
 }
 
 // gone reports that rank will never arrive again: the barrier in progress
