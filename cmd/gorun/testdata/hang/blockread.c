@@ -15,7 +15,7 @@ __attribute__((noinline)) static int read_input(int fd) {
 }
 
 __attribute__((noinline)) static void wait_for_peers(void) {
-	struct timespec ts = {0, 50 * 1000 * 1000};
+	struct timespec ts = {0, 200 * 1000 * 1000}; /* rarely caught in access() */
 	while (!released())
 		nanosleep(&ts, NULL);
 }

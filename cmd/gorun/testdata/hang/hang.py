@@ -9,18 +9,23 @@ RANK = int(os.environ["RANK"])
 RELEASE = os.environ["HANG_RELEASE"]
 
 
-def released():
-    return os.path.exists(RELEASE)
+released = threading.Event()
+
+
+def watch_release():
+    # The polling is done here, on a thread of its own, so that the main
+    # thread's stack stays the same from one look to the next.
+    while not os.path.exists(RELEASE):
+        time.sleep(0.05)
+    released.set()
 
 
 def read_batch():
-    while not released():
-        time.sleep(0.05)
+    released.wait()
 
 
 def wait_for_peers():
-    while not released():
-        time.sleep(0.05)
+    released.wait()
 
 
 def heartbeat(stop):
@@ -31,6 +36,7 @@ def main():
     stop = threading.Event()
     t = threading.Thread(target=heartbeat, args=(stop,), name="heartbeat")
     t.start()
+    threading.Thread(target=watch_release, name="release", daemon=True).start()
     print(f"up {RANK}", flush=True)
     if RANK == int(os.environ["HANG_RANK"]):
         read_batch()
