@@ -560,7 +560,8 @@ func TestCollectGone(t *testing.T) {
 	var procs []stacks.Proc
 	for range 200 {
 		procs, _ = stacks.Collect(context.Background(), cmd.Process.Pid, stacks.Options{MaxProcs: 4, EuStack: "-", GDB: "-"})
-		if len(procs) == 4 {
+		// Until the shell's children have exec'd sleep (a fork is sh).
+		if len(procs) == 4 && procs[1].Comm == "sleep" && procs[3].Comm == "sleep" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
