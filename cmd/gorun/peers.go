@@ -64,11 +64,9 @@ var peerFlags = []peerFlag{
 	{names: []string{"genvall", "envall"}, gorun: func([]string) []string { return nil }, note: genvallNote},
 	{names: []string{"l", "prepend-rank"}, gorun: as("--tag-output")},
 	// torchrun: one gorun runs the whole job, on every host.
-	{names: []string{"nproc-per-node"}, nargs: 1, hint: "gorun's -N {} (ranks per host)"},
-	{names: []string{"nnodes"}, nargs: 1, hint: "gorun runs on every host of -H or --hostfile: give it {} hosts"},
-	{names: []string{"node-rank"}, nargs: 1, hint: "gorun starts the ranks of every host itself: run one gorun, on one host, with the hosts in -H or --hostfile"},
-	{names: []string{"rdzv-endpoint", "rdzv-backend", "rdzv-id", "rdzv-conf"}, nargs: 1, hint: "gorun needs no rendezvous server: it sets MASTER_ADDR and MASTER_PORT for the ranks (drop it)"},
-	{names: []string{"standalone"}, hint: "gorun needs no rendezvous server: drop it"},
+	{names: []string{"node-rank"}, nargs: 1, hint: "the endpoint gives each node its rank (--rdzv-endpoint): drop it"},
+	{names: []string{"rdzv-backend", "rdzv-conf"}, nargs: 1, hint: "gorun's per-node launch needs no backend: give --rdzv-endpoint HOST:PORT (and --rdzv-last-call, --rdzv-timeout for the timeouts); drop it"},
+	{names: []string{"standalone"}, hint: "a job on one host needs no rendezvous: drop it"},
 	{names: []string{"master-addr"}, nargs: 1, hint: "gorun sets MASTER_ADDR to rank 0's host (--iface picks the interface; -x MASTER_ADDR={} forces it)"},
 	{names: []string{"master-port"}, nargs: 1, hint: "gorun picks a free MASTER_PORT (-x MASTER_PORT={} forces it)"},
 }
@@ -124,6 +122,13 @@ func rewriteArgs(args []string) (out, notes []string, err error) {
 			break
 		}
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		if dashedName := strings.ReplaceAll(name, "_", "-"); dashedName != name {
+			if _, ok := known[dashedName]; ok {
+				// torchrun's --nproc_per_node: gorun's names have no '_'.
+				a = strings.Replace(a, name, dashedName, 1)
+				name = dashedName
+			}
+		}
 		if takesValue, ok := known[name]; ok {
 			out = append(out, a)
 			if takesValue && !hasValue && i+1 < len(args) {
