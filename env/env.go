@@ -1,6 +1,7 @@
 package env
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,7 +11,8 @@ import (
 
 // Rank is everything a rank's environment is computed from.
 type Rank struct {
-	JobID          string // gorun's job id, also TORCHELASTIC_RUN_ID
+	JobID          string // gorun's job id, also TORCHELASTIC_RUN_ID unless RunID is set
+	RunID          string // TORCHELASTIC_RUN_ID: a per-node launch's --rdzv-id; "" = JobID
 	Rank           int    // global rank, 0-based
 	WorldSize      int    // number of ranks in the job
 	LocalRank      int    // rank among the ranks on the same host
@@ -277,7 +279,7 @@ func Vars(r Rank) []string {
 		"MASTER_PORT=" + itoa(r.MasterPort),
 		"TORCHELASTIC_RESTART_COUNT=" + itoa(r.RestartCount),
 		"TORCHELASTIC_MAX_RESTARTS=" + itoa(r.MaxRestarts),
-		"TORCHELASTIC_RUN_ID=" + r.JobID,
+		"TORCHELASTIC_RUN_ID=" + cmp.Or(r.RunID, r.JobID),
 		// torchrun's agent sets "True" when it hosts the TCPStore at
 		// MASTER_ADDR:MASTER_PORT itself (static rendezvous), and every
 		// rank is then a client of it. gorun hosts no TCPStore there:

@@ -43,6 +43,11 @@ type AgentOptions struct {
 	// USR2 and a first SIGTERM, SIGINT or SIGHUP to the head, and a
 	// second interrupt stops the ranks at once.
 	Step bool
+	// Leave says the agent is a node of an elastic per-node launch: a
+	// SIGTERM, SIGINT or SIGHUP makes it stop its ranks and leave without
+	// telling the head, which takes the node as lost and goes on without
+	// it, instead of stopping the whole job.
+	Leave bool
 	// ConnAddr and ClientAddr are this host's and the head's addresses on
 	// the control connection when it is not SSH's (which says them in
 	// SSH_CONNECTION): the head picks MASTER_ADDR from them.
@@ -279,6 +284,10 @@ func (a *agent) onSignal(s os.Signal) (stop bool, err error) {
 		}
 		a.w.Send(control.TypeSignaled, control.Signal{Signal: int(sig)})
 		return false, nil
+	}
+	if a.o.Leave {
+		a.log.printf("got %v: stopping this node's ranks and leaving the job", s)
+		return true, a.shutdown(stopGraceOnEOF)
 	}
 	if sig == syscall.SIGTERM && a.parentGone(parentGoneWait) {
 		// The head is gone: a local agent's Pdeathsig, sent as the head's

@@ -73,7 +73,7 @@ func (p *launchPlan) rank(i int) env.Rank {
 		vars = p.hints[i].Vars
 	}
 	return env.Rank{
-		JobID: l.JobID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
+		JobID: l.JobID, RunID: l.RunID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
 		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,

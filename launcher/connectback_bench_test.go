@@ -206,7 +206,7 @@ func runConnectBack(b *testing.B, n int) connectBackRun {
 	if err := s.start(); err != nil {
 		b.Fatal(err)
 	}
-	if ip := HostOf(s.ln.Addr()); ip != "127.0.0.1" {
+	if ip := HostOf(s.door.ln.Addr()); ip != "127.0.0.1" {
 		b.Fatalf("the head listens on %s, want 127.0.0.1", ip)
 	}
 	defer func() {
@@ -286,7 +286,7 @@ func runConnectBack(b *testing.B, n int) connectBackRun {
 		var ok, fail int
 		fmt.Sscanf(w.done, "cb-done ok=%d fail=%d", &ok, &fail)
 		b.Fatalf("n=%d: FAILED %d of %d agents (the head refused %d connections) in %v:\n%s\n%v",
-			n, fail, n, s.refused.count(), wall.Round(time.Millisecond), p, errsHead(errs, 3))
+			n, fail, n, s.door.refused.count(), wall.Round(time.Millisecond), p, errsHead(errs, 3))
 	}
 	s.srun.Process.Signal(syscall.SIGUSR1)
 	<-s.dead

@@ -480,17 +480,17 @@ func TestSlurmStarterListens(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := string(b)
-	listen := s.ln.Addr().(*net.TCPAddr)
+	listen := s.door.ln.Addr().(*net.TCPAddr)
 	if listen.IP.String() != ip {
 		t.Errorf("the head listened on %s, want %s", listen, ip)
 	}
 	if want := "agent --connect " + listen.String() + "\n"; !strings.Contains(got, want) {
 		t.Errorf("srun's arguments lack %q (one address, the head's):\n%s", want, got)
 	}
-	if !strings.Contains(got, AgentKeyEnv+"="+hex.EncodeToString(s.key)) || !strings.Contains(got, HeadCertEnv+"="+s.id.fingerprint) {
+	if !strings.Contains(got, AgentKeyEnv+"="+hex.EncodeToString(s.door.key)) || !strings.Contains(got, HeadCertEnv+"="+s.door.id.fingerprint) {
 		t.Errorf("srun's environment lacks the key or the fingerprint:\n%s", got)
 	}
-	if args := strings.SplitN(got, "\n", 2)[0]; strings.Contains(args, hex.EncodeToString(s.key)) || strings.Contains(args, s.id.fingerprint) {
+	if args := strings.SplitN(got, "\n", 2)[0]; strings.Contains(args, hex.EncodeToString(s.door.key)) || strings.Contains(args, s.door.id.fingerprint) {
 		t.Errorf("a secret is on srun's command line: %s", args)
 	}
 }

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -95,6 +96,24 @@ type Options struct {
 	// rendezvous's defaults.
 	KVRankBudget, KVJobBudget rendezvous.Budget
 
+	// PerNode makes this gorun one node of a per-node launch (--nnodes,
+	// --rdzv-endpoint): Hosts, Plan's NP and Starter come from the
+	// endpoint, which runs the job (see RunPerNode).
+	PerNode *PerNode
+	// What a per-node launch sets for each of its rounds: the number of
+	// the round's first generation (restarts before it: ranks'
+	// TORCHELASTIC_RESTART_COUNT), the job id (the same in every round),
+	// the run id (--rdzv-id: ranks'
+	// TORCHELASTIC_RUN_ID; "" = the job id), the membership changes so
+	// far (in the summary), and Rejoin, asked when an agent is lost in
+	// generation gen: true ends Run without a summary, with ErrRejoin,
+	// for a new round.
+	FirstGeneration int
+	JobID           string // the job's id; "" = a new one
+	RunID           string
+	Membership      []string
+	Rejoin          func(gen int, lost string) bool
+
 	Starter Starter // nil = LocalStarter
 	// Alloc is the resource manager's allocation the job runs in, if any:
 	// it chooses the starter for other hosts (srun for Slurm) and the
@@ -109,6 +128,11 @@ type Options struct {
 // ErrUsage is wrapped by errors that are the user's to fix before anything
 // starts (exit code [ExitUsage]).
 var ErrUsage = errors.New("usage")
+
+// ErrRejoin is wrapped by Run's error when Options.Rejoin took a lost
+// agent for a change of membership: the per-node launch starts a new
+// round.
+var ErrRejoin = errors.New("membership changed")
 
 // Run runs a job to its end and returns gorun's exit code. A non-nil error
 // means the job could not run, gorun itself failed, or ctx stopped the
@@ -138,6 +162,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
+	}
+	if o.PerNode != nil {
+		return RunPerNode(ctx, o)
 	}
 	if len(o.Argv) == 0 && !o.DryRun && !o.DisplayMap {
 		return ExitUsage, fmt.Errorf("%w: no program to run (gorun [flags] PROGRAM [ARGS...])", ErrUsage)
@@ -206,7 +233,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	for _, name := range missing {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}
-	h := &head{o: o, plan: plan, exports: exports, jobID: newJobID(), secret: newSecret(), events: make(chan event, 256), done: make(chan struct{})}
+	h := &head{o: o, plan: plan, exports: exports, jobID: cmp.Or(o.JobID, newJobID()), secret: newSecret(), events: make(chan event, 256), done: make(chan struct{})}
 	defer close(h.done)
 	return h.run(ctx)
 }
@@ -408,6 +435,9 @@ func (h *head) run(ctx context.Context) (int, error) {
 	}
 	h.stopAgents()
 	h.mux.Close()
+	if res.reason == reasonAgentLost && h.o.Rejoin != nil && ctx.Err() == nil && h.o.Rejoin(int(h.gen.Load()), res.lost) {
+		return ExitLaunch, fmt.Errorf("%w: %s", ErrRejoin, res.lost)
+	}
 	code := h.summarize(res)
 	if ctx.Err() != nil && res.reason != reasonSuccess {
 		return code, h.cancelled(ctx)

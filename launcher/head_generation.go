@@ -100,7 +100,7 @@ func (h *head) generations(ctx context.Context, sigs <-chan os.Signal) result {
 		defer t.Stop()
 		timeout = t.C
 	}
-	for gen := 0; ; gen++ {
+	for gen := h.o.FirstGeneration; ; gen++ {
 		res := h.generation(ctx, gen, sigs, timeout)
 		if !h.restart(ctx, gen, res) {
 			return res
@@ -139,7 +139,7 @@ func (h *head) generation(ctx context.Context, gen int, sigs <-chan os.Signal, t
 		go h.askHosts(ctx)
 	}
 	h.setState("running")
-	if gen == 0 && h.o.StdinRank >= 0 {
+	if gen == h.o.FirstGeneration && h.o.StdinRank >= 0 {
 		go h.pumpStdin(h.agents[h.plan.Ranks[h.o.StdinRank].Node], h.o.StdinRank)
 	}
 	for g.pending > 0 {
@@ -288,7 +288,7 @@ func (g *genState) onStarted(e ranksStarted) {
 	if g.gen == 0 {
 		h.threads.add(e.DefaultThreads)
 	}
-	if g.started == len(h.plan.Ranks) && g.gen == 0 {
+	if g.started == len(h.plan.Ranks) && g.gen == h.o.FirstGeneration {
 		h.phases.RanksStarted = time.Since(h.start)
 		if n := h.threads.note(); n != "" {
 			h.notef("%s", n)

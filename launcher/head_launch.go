@@ -20,7 +20,7 @@ import (
 // launchFor is node's Launch for generation gen.
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
-		Generation: gen, JobID: h.jobID, Secret: h.secret, Argv: h.o.Argv, Dir: h.dir(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
+		Generation: gen, JobID: h.jobID, RunID: h.o.RunID, Secret: h.secret, Argv: h.o.Argv, Dir: h.dir(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
 		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
@@ -34,7 +34,7 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 	}
 	crossRank, crossSize := h.crossRanks()
 	for i, r := range n.Ranks {
-		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == 0,
+		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == h.o.FirstGeneration,
 			CrossRank: crossRank[node][i], CrossSize: crossSize[i]})
 	}
 	return l

@@ -125,7 +125,7 @@ func (h *head) fenceAnswer(gen, seq int, kvs map[string]string) ([]byte, error) 
 	defer h.fenceMu.Unlock()
 	key := [2]int{gen, seq}
 	if h.fenceKey != key || h.fenceBytes == nil {
-		if gen == 0 && seq == 0 {
+		if gen == h.o.FirstGeneration && seq == 0 {
 			h.firstFence.CompareAndSwap(0, int64(time.Since(h.start)))
 		}
 		h.fenceKey = key

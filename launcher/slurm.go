@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -41,17 +42,10 @@ type SlurmStarter struct {
 
 	once sync.Once
 	err  error
-	ln   net.Listener
-	key  []byte
-	id   *headIdentity
+	door *agentDoor
 	srun *exec.Cmd
 	dead chan struct{} // closed when srun ends
 	why  string        // srun's exit, once dead is closed
-
-	mu      sync.Mutex
-	waiting map[string]chan net.Conn
-	arrived map[string]net.Conn
-	refused refusals
 }
 
 var _ Starter = (*SlurmStarter)(nil)
@@ -61,9 +55,7 @@ var _ Starter = (*SlurmStarter)(nil)
 // clusters share their file systems); iface is --iface, the interface
 // whose address the agents dial ("" for the one of the default route).
 func NewSlurmStarter(exe string, plan *Plan, iface string, stderr io.Writer) *SlurmStarter {
-	s := &SlurmStarter{exe: exe, iface: iface, stderr: stderr, dead: make(chan struct{}),
-		waiting: map[string]chan net.Conn{}, arrived: map[string]net.Conn{}}
-	s.refused.w = stderr
+	s := &SlurmStarter{exe: exe, iface: iface, stderr: stderr, dead: make(chan struct{})}
 	for _, n := range plan.Nodes {
 		if !IsLocal(n.Host.Name) {
 			s.nodes = append(s.nodes, n.Host.Name)
@@ -84,27 +76,16 @@ func SrunArgs(exe string, nodes []string, connect string) []string {
 // start listens and runs srun, once.
 func (s *SlurmStarter) start() error {
 	s.once.Do(func() {
-		s.key = make([]byte, 32)
-		if _, err := rand.Read(s.key); err != nil {
-			s.err = err
-			return
-		}
-		if s.id, s.err = newHeadIdentity(); s.err != nil {
-			return
-		}
 		ip, err := listenAddr(s.iface)
 		if err != nil {
 			s.err = fmt.Errorf("listen for agents: %w", err)
 			return
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-		if err != nil {
-			s.err = fmt.Errorf("listen for agents on %s: %w", ip, err)
+		if s.door, s.err = openAgentDoor(ip, len(s.nodes), s.stderr); s.err != nil {
 			return
 		}
-		s.ln = ln
-		cmd := exec.Command("srun", SrunArgs(s.exe, s.nodes, ln.Addr().String())...)
-		cmd.Env = append(os.Environ(), AgentKeyEnv+"="+hex.EncodeToString(s.key), HeadCertEnv+"="+s.id.fingerprint)
+		cmd := exec.Command("srun", SrunArgs(s.exe, s.nodes, s.door.ln.Addr().String())...)
+		cmd.Env = append(os.Environ(), s.door.env()...)
 		// srun says "cluster configuration lacks support for cpu
 		// binding" where the cluster has no task/affinity: harmless for
 		// --cpu-bind=none, and not for the job's output.
@@ -114,7 +95,7 @@ func (s *SlurmStarter) start() error {
 		// dies; its own group keeps the terminal's Ctrl-C to the head.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 		if err := cmd.Start(); err != nil {
-			ln.Close()
+			s.door.close()
 			s.err = fmt.Errorf("start agents with srun: %w", err)
 			return
 		}
@@ -126,15 +107,57 @@ func (s *SlurmStarter) start() error {
 				s.why = "srun: " + err.Error()
 			}
 			close(s.dead)
-			ln.Close()
-		}()
-		go func() {
-			serveAgents(ln, s.id, s.key, &s.refused, handshakeLimit(len(s.nodes)), s.arrive)
-			s.refused.summary()
+			s.door.close()
 		}()
 	})
 	return s.err
 }
+
+// agentDoor is where connect-back agents come in (srun's, a per-node
+// launch's): a listener, the job's agent key and certificate, and the
+// agents that proved themselves, by node name, until StartAgent takes
+// them.
+type agentDoor struct {
+	ln  net.Listener
+	key []byte
+	id  *headIdentity
+
+	mu      sync.Mutex
+	waiting map[string]chan net.Conn
+	arrived map[string]net.Conn
+	refused refusals
+}
+
+// openAgentDoor listens on ip for the agents of nodes nodes, with a fresh
+// key and certificate, and serves them until close.
+func openAgentDoor(ip string, nodes int, stderr io.Writer) (*agentDoor, error) {
+	d := &agentDoor{key: make([]byte, 32), waiting: map[string]chan net.Conn{}, arrived: map[string]net.Conn{}}
+	d.refused.w = stderr
+	if _, err := rand.Read(d.key); err != nil {
+		return nil, err
+	}
+	var err error
+	if d.id, err = newHeadIdentity(); err != nil {
+		return nil, err
+	}
+	if d.ln, err = net.Listen("tcp", net.JoinHostPort(ip, "0")); err != nil {
+		return nil, fmt.Errorf("listen for agents on %s: %w", ip, err)
+	}
+	go func() {
+		serveAgents(d.ln, d.id, d.key, &d.refused, handshakeLimit(nodes), d.arrive)
+		d.refused.summary()
+	}()
+	return d, nil
+}
+
+// env is what an agent needs to come in: the key and the certificate's
+// fingerprint, as variables (see DialHead).
+func (d *agentDoor) env() []string {
+	return []string{AgentKeyEnv + "=" + hex.EncodeToString(d.key), HeadCertEnv + "=" + d.id.fingerprint}
+}
+
+// close stops taking agents; those that came in keep their connections.
+func (d *agentDoor) close() { d.ln.Close() }
 
 // handshakeLimit bounds the connect-back handshakes in flight for a job
 // of nodes agents: a new connection beyond it closes the oldest unproven
@@ -197,20 +220,52 @@ func serveAgents(ln net.Listener, id *headIdentity, key []byte, refused *refusal
 
 // arrive hands an agent's connection to the StartAgent waiting for its
 // node, or keeps it for the one to come.
-func (s *SlurmStarter) arrive(node string, c net.Conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ch := s.waiting[node]; ch != nil {
-		delete(s.waiting, node)
+func (d *agentDoor) arrive(node string, c net.Conn) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if ch := d.waiting[node]; ch != nil {
+		delete(d.waiting, node)
 		ch <- c
 		return
 	}
-	if _, dup := s.arrived[node]; dup {
-		s.refused.add(c.RemoteAddr(), "a second agent for node "+node)
+	if _, dup := d.arrived[node]; dup {
+		d.refused.add(c.RemoteAddr(), "a second agent for node "+node)
 		c.Close()
 		return
 	}
-	s.arrived[node] = c
+	d.arrived[node] = c
+}
+
+// wait returns node's agent once it came in. dead closes when the agents
+// can no longer come (why says why); limit bounds the wait, from since.
+func (d *agentDoor) wait(ctx context.Context, node string, dead <-chan struct{}, why func() string, limit time.Duration, since string) (AgentProcess, error) {
+	ch := make(chan net.Conn, 1)
+	d.mu.Lock()
+	if c := d.arrived[node]; c != nil {
+		delete(d.arrived, node)
+		ch <- c
+	} else {
+		d.waiting[node] = ch
+	}
+	d.mu.Unlock()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case c := <-ch:
+		return &tcpAgent{c: c.(*tls.Conn), dead: dead}, nil
+	case <-dead:
+		// A connection may have won the race with the end.
+		select {
+		case c := <-ch:
+			return &tcpAgent{c: c.(*tls.Conn), dead: dead}, nil
+		default:
+		}
+		return nil, fmt.Errorf("%s: its agent did not connect (%s)", node, why())
+	case <-t.C:
+		return nil, fmt.Errorf("%s: its agent did not connect within %v of %s", node, limit, since)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // refusals reports the connections the head refused on its agents' port:
@@ -219,6 +274,7 @@ func (s *SlurmStarter) arrive(node string, c net.Conn) {
 type refusals struct {
 	mu     sync.Mutex
 	w      io.Writer
+	what   string // what was refused a connection to; "" = the agents' port
 	n      int
 	last   string
 	shown  bool
@@ -235,7 +291,7 @@ func (r *refusals) add(from net.Addr, why string) {
 	}
 	if !r.shown {
 		r.shown = true
-		fmt.Fprintf(r.w, "gorun: refused a connection to the agents' port %s (any more are counted, and summed up when the agents are done)\n", why)
+		fmt.Fprintf(r.w, "gorun: refused a connection to %s %s (any more are counted, and summed up at the end)\n", cmp.Or(r.what, "the agents' port"), why)
 		return
 	}
 	r.n++
@@ -248,7 +304,7 @@ func (r *refusals) summary() {
 	defer r.mu.Unlock()
 	if r.n > 0 && !r.summed {
 		r.summed = true
-		fmt.Fprintf(r.w, "gorun: refused %d more connections to the agents' port (the last %s)\n", r.n, r.last)
+		fmt.Fprintf(r.w, "gorun: refused %d more connections to %s (the last %s)\n", r.n, cmp.Or(r.what, "the agents' port"), r.last)
 	}
 }
 
@@ -257,40 +313,14 @@ func (s *SlurmStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agen
 	if err := s.start(); err != nil {
 		return nil, err
 	}
-	ch := make(chan net.Conn, 1)
-	s.mu.Lock()
-	if c := s.arrived[host.Name]; c != nil {
-		delete(s.arrived, host.Name)
-		ch <- c
-	} else {
-		s.waiting[host.Name] = ch
-	}
-	s.mu.Unlock()
-	t := time.NewTimer(connectTimeout)
-	defer t.Stop()
-	select {
-	case c := <-ch:
-		return &tcpAgent{c: c.(*tls.Conn), starter: s}, nil
-	case <-s.dead:
-		// A connection may have won the race with srun's end.
-		select {
-		case c := <-ch:
-			return &tcpAgent{c: c.(*tls.Conn), starter: s}, nil
-		default:
-		}
-		return nil, fmt.Errorf("%s: its agent did not connect (%s)", host.Name, s.why)
-	case <-t.C:
-		return nil, fmt.Errorf("%s: its agent did not connect within %v of srun's start", host.Name, connectTimeout)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return s.door.wait(ctx, host.Name, s.dead, func() string { return s.why }, connectTimeout, "srun's start")
 }
 
-// tcpAgent is an srun-started agent's connection.
+// tcpAgent is a connected-back agent's connection.
 type tcpAgent struct {
-	c       *tls.Conn
-	starter *SlurmStarter
-	once    sync.Once
+	c    *tls.Conn
+	dead <-chan struct{} // closed when whatever started the agents is gone (srun)
+	once sync.Once
 }
 
 func (a *tcpAgent) Read(p []byte) (int, error)  { return a.c.Read(p) }
@@ -304,7 +334,7 @@ func (a *tcpAgent) Wait() error {
 	io.Copy(io.Discard, a.c)
 	a.once.Do(func() { a.c.Close() })
 	select {
-	case <-a.starter.dead:
+	case <-a.dead:
 	case <-time.After(5 * time.Second):
 	}
 	return nil

@@ -88,19 +88,22 @@ type Phases struct {
 
 // Summary is the record --summary-json writes.
 type Summary struct {
-	JobID        string        `json:"job_id"`
-	Argv         []string      `json:"argv"`
-	NP           int           `json:"np"`
-	Hosts        []string      `json:"hosts"`
-	ExitCode     int           `json:"exit_code"`
-	Reason       string        `json:"reason"` // success, rank-failed, timeout, signal, agent-lost, output-lost, cancelled
-	Message      string        `json:"message,omitempty"`
-	FirstFailure *RankRecord   `json:"first_failure,omitempty"`
-	Restarts     int           `json:"restarts"`
-	Ranks        []RankRecord  `json:"ranks"`
-	Phases       Phases        `json:"phases"`
-	HeadMaxRSS   int64         `json:"head_max_rss_kb"`
-	Agents       []AgentRecord `json:"agents"`
+	JobID        string      `json:"job_id"`
+	Argv         []string    `json:"argv"`
+	NP           int         `json:"np"`
+	Hosts        []string    `json:"hosts"`
+	ExitCode     int         `json:"exit_code"`
+	Reason       string      `json:"reason"` // success, rank-failed, timeout, signal, agent-lost, output-lost, cancelled
+	Message      string      `json:"message,omitempty"`
+	FirstFailure *RankRecord `json:"first_failure,omitempty"`
+	Restarts     int         `json:"restarts"`
+	// Membership lists a per-node launch's changes of membership, one
+	// line each (which node was lost, how many nodes went on).
+	Membership []string      `json:"membership,omitempty"`
+	Ranks      []RankRecord  `json:"ranks"`
+	Phases     Phases        `json:"phases"`
+	HeadMaxRSS int64         `json:"head_max_rss_kb"`
+	Agents     []AgentRecord `json:"agents"`
 	// Hang is where every rank was when the job was found hung
 	// (--hang-timeout) or when --timeout expired.
 	Hang *stacks.Verdict `json:"hang,omitempty"`
@@ -122,6 +125,9 @@ func (h *head) summarize(res result) int {
 	s, text := h.summary(res)
 	w := new(strings.Builder)
 	defer func() { h.notef("%s", w.String()) }()
+	for _, m := range s.Membership {
+		fmt.Fprintf(w, "gorun: job %s: membership: %s\n", h.jobID, m)
+	}
 	w.WriteString(text)
 	s.HeadMaxRSS = peakRSS()
 	for i, a := range h.agents {
@@ -143,7 +149,7 @@ func (h *head) summarize(res result) int {
 // figures of the head's and agents' memory, and what gorun prints about
 // it (nothing for a success).
 func (h *head) summary(res result) (Summary, string) {
-	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang}
+	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang, Membership: h.o.Membership}
 	if len(h.finalProg) > 0 {
 		if rep := rendezvous.Stragglers(h.finalProg); rep.Calls > 0 {
 			s.Stragglers = &rep

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,7 +103,8 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Usage:  "run gorun's per-host agent (started by gorun itself)",
 				Hidden: true,
 				Flags: []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"},
-					&cli.StringFlag{Name: "connect", Usage: "connect back to the head at these host:port addresses (agents started by srun)"}},
+					&cli.StringFlag{Name: "connect", Usage: "connect back to the head at these host:port addresses (agents started by srun, or by a per-node launch)"},
+					&cli.BoolFlag{Name: "leave-on-signal", Usage: "on SIGTERM, SIGINT or SIGHUP stop this node's ranks and leave (an elastic per-node launch)"}},
 				Action: func(c *cli.Context) error {
 					var in io.Reader = os.Stdin
 					var out io.Writer = os.Stdout
@@ -121,7 +123,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
 					}
 					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
-						In: in, Out: out, Log: stderr, Host: host, Version: version, Step: c.String("connect") != "",
+						In: in, Out: out, Log: stderr, Host: host, Version: version, Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
 						ConnAddr: connAddr, ClientAddr: clientAddr,
 					})
 					if err != nil && !errors.Is(err, io.EOF) {
@@ -253,6 +255,33 @@ func (s settingsOf) ssh() control.SSH {
 		Stage: !s.on("no-stage")}
 }
 
+// perNodeOptions reads a per-node launch's settings: nil without
+// --rdzv-endpoint, where --nproc-per-node is -N. nPerNode is -N.
+func perNodeOptions(s settingsOf) (p *launcher.PerNode, nPerNode int, err error) {
+	nPerNode = s.num("npernode")
+	if s.str("rdzv-endpoint") == "" {
+		if nn := s.str("nnodes"); nn != "" && nn != "1" {
+			return nil, 0, fmt.Errorf("--nnodes %s: a per-node launch needs --rdzv-endpoint HOST:PORT, where its nodes meet (or run one gorun with the hosts in -H or --hostfile)", nn)
+		}
+		if p := s.num("nproc-per-node"); p > 0 {
+			if nPerNode > 0 && nPerNode != p {
+				return nil, 0, fmt.Errorf("--nproc-per-node %d and -N %d: give one", p, nPerNode)
+			}
+			nPerNode = p
+		}
+		return nil, nPerNode, nil
+	}
+	p = &launcher.PerNode{Endpoint: s.str("rdzv-endpoint"), ID: s.str("rdzv-id"), NProc: s.num("nproc-per-node"),
+		LastCall: s.dur("rdzv-last-call"), Timeout: s.dur("rdzv-timeout")}
+	if p.MinNodes, p.MaxNodes, err = launcher.ParseNNodes(cmp.Or(s.str("nnodes"), "1")); err != nil {
+		return nil, 0, err
+	}
+	if p.Token, err = launcher.ReadToken(s.str("rdzv-token-file"), os.Getenv); err != nil {
+		return nil, 0, err
+	}
+	return p, nPerNode, nil
+}
+
 // runJob turns the merged settings into launcher options and runs the job.
 func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 	o, err := jobOptions(c, stdout, stderr)
@@ -314,7 +343,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
-	for _, n := range []string{"np", "npernode", "max-restarts", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
+	for _, n := range []string{"np", "npernode", "nproc-per-node", "max-restarts", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
 		if num(n) < 0 {
 			return launcher.Options{}, usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
 		}
@@ -324,7 +353,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	default:
 		return launcher.Options{}, usage(fmt.Errorf("--on-hang %q: want stop or report", get("on-hang")))
 	}
-	for _, n := range []string{"grace-period", "timeout", "hang-timeout", "merge-window"} {
+	for _, n := range []string{"grace-period", "timeout", "hang-timeout", "merge-window", "rdzv-last-call", "rdzv-timeout"} {
 		if dur(n) < 0 {
 			return launcher.Options{}, usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
 		}
@@ -354,10 +383,15 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 			return launcher.Options{}, usage(fmt.Errorf("--wdir %s: %w", d, err))
 		}
 	}
+	perNode, nPerNode, err := perNodeOptions(s)
+	if err != nil {
+		return launcher.Options{}, usage(err)
+	}
 	o := launcher.Options{
-		Dir:   wdir,
-		Hosts: hosts, ImplicitHosts: implicit,
-		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: num("npernode"),
+		PerNode: perNode,
+		Dir:     wdir,
+		Hosts:   hosts, ImplicitHosts: implicit,
+		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: nPerNode,
 			Oversubscribe: flag("oversubscribe"), Source: desc},
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),

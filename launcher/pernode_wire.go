@@ -1,0 +1,221 @@
+package launcher
+
+// The wire of a per-node launch: the nodes' connections to the endpoint.
+// Nothing is known about the other side but the token the nodes share,
+// so both prove it, bound to the TLS session as the connect-back's agents
+// do (see connectback.go):
+//
+//   - the endpoint shows a certificate it made when it started (no CA, no
+//     name: nobody can check it) and sends its proof first:
+//     HMAC-SHA256(token, "endpoint", EKM), EKM being 32 bytes of the TLS
+//     session's exported keying material;
+//   - the node checks that proof before it sends anything, then sends its
+//     hello with its own proof, HMAC-SHA256(token, "node", EKM).
+//
+// A proof is worth nothing on another TLS session, so a relay in the
+// middle (two sessions) gets neither side to accept it, and neither side
+// says anything of the job to a party without the token. After the
+// handshake, the messages are JSON lines both ways.
+
+import (
+	"bufio"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The per-node wire's labels: the TLS exporter's and the endpoint's line.
+const (
+	rdzvEKMLabel = "EXPORTER-gorun-rdzv-proof"
+	rdzvPrefix   = "GORUN-RDZV 1 "
+)
+
+// Heartbeats on the nodes' connections: each side writes one this often
+// and takes the other as gone after rdzvSilence without a line.
+const (
+	rdzvBeat    = 2 * time.Second
+	rdzvSilence = 10 * time.Second
+	rdzvShake   = 10 * time.Second // the handshake's bound
+	rdzvMaxLine = 64 << 10
+)
+
+// ErrRdzvRefused is wrapped by a node's error when the endpoint or the
+// node could not prove the token: retrying cannot help.
+var ErrRdzvRefused = errors.New("refused")
+
+// rdzvProof is one side's proof of the token on a TLS session.
+func rdzvProof(token []byte, side string, ekm []byte) string {
+	m := hmac.New(sha256.New, token)
+	m.Write([]byte("gorun rdzv " + side + "\x00"))
+	m.Write(ekm)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// joinHello is what a node says after the endpoint proved the token.
+type joinHello struct {
+	Proof   string   `json:"proof"`
+	ID      string   `json:"id"`    // --rdzv-id
+	NProc   int      `json:"nproc"` // --nproc-per-node
+	Min     int      `json:"min"`   // --nnodes
+	Max     int      `json:"max"`
+	Host    string   `json:"host"` // its host name, for messages
+	Argv    []string `json:"argv"`
+	Version string   `json:"version"`
+	Self    string   `json:"self,omitempty"` // the endpoint's own node: the nonce the endpoint gave it in memory
+}
+
+// nodeStart tells a node to start its agent for a round.
+type nodeStart struct {
+	Name  string   `json:"name"`  // the node's name in the plan
+	Port  int      `json:"port"`  // the head's port for agents, on the endpoint's address
+	Env   []string `json:"env"`   // the agent's key and the head's certificate (agentDoor.env)
+	Leave bool     `json:"leave"` // elastic: the agent leaves on a signal
+	Rank  int      `json:"rank"`  // the node's rank in the round
+	Nodes int      `json:"nodes"`
+}
+
+// nodeMsg is one line from the endpoint to a node; one field is set.
+type nodeMsg struct {
+	Wait    string     `json:"wait,omitempty"`    // joined; why it waits
+	Start   *nodeStart `json:"start,omitempty"`   // start the agent
+	Restart bool       `json:"restart,omitempty"` // the round ended: answer Ready once the agent is gone
+	End     *int       `json:"end,omitempty"`     // the job ended with this status
+	Error   string     `json:"error,omitempty"`   // refused or failed: the node exits
+	Beat    bool       `json:"beat,omitempty"`
+}
+
+// joinMsg is one line from a node to the endpoint.
+type joinMsg struct {
+	Ready bool `json:"ready,omitempty"` // after Restart: the agent is gone, the node stays
+	Beat  bool `json:"beat,omitempty"`
+}
+
+// lineConn is a JSON-lines connection: writes are whole lines under a
+// lock, reads bounded and with a silence deadline.
+type lineConn struct {
+	c  *tls.Conn
+	r  *bufio.Reader
+	mu sync.Mutex
+}
+
+func newLineConn(c *tls.Conn) *lineConn { return &lineConn{c: c, r: bufio.NewReaderSize(c, 4096)} }
+
+// send writes v as one line.
+func (l *lineConn) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.c.SetWriteDeadline(time.Now().Add(rdzvSilence))
+	_, err = l.c.Write(append(b, '\n'))
+	return err
+}
+
+// recv reads one line into v, waiting at most silence.
+func (l *lineConn) recv(v any, silence time.Duration) error {
+	l.c.SetReadDeadline(time.Now().Add(silence))
+	line, err := readLine(l.r, rdzvMaxLine)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal([]byte(line), v)
+}
+
+// beat writes v every rdzvBeat until stop closes or a write fails.
+func (l *lineConn) beat(v any, stop <-chan struct{}) {
+	t := time.NewTicker(rdzvBeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if l.send(v) != nil {
+				return
+			}
+		}
+	}
+}
+
+// acceptNode runs the endpoint's side of the handshake on c.
+func acceptNode(c net.Conn, cert tls.Certificate, token []byte) (*lineConn, joinHello, error) {
+	var h joinHello
+	t := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}})
+	t.SetDeadline(time.Now().Add(rdzvShake))
+	if err := t.Handshake(); err != nil {
+		return nil, h, fmt.Errorf("TLS handshake: %w", err)
+	}
+	cs := t.ConnectionState()
+	ekm, err := cs.ExportKeyingMaterial(rdzvEKMLabel, nil, 32)
+	if err != nil {
+		return nil, h, err
+	}
+	if _, err := t.Write([]byte(rdzvPrefix + rdzvProof(token, "endpoint", ekm) + "\n")); err != nil {
+		return nil, h, err
+	}
+	l := newLineConn(t)
+	if err := l.recv(&h, rdzvShake); errors.Is(err, io.EOF) {
+		return nil, h, errors.New("it hung up after the endpoint's proof of the token, as a node with another token does")
+	} else if err != nil {
+		return nil, h, fmt.Errorf("no hello: %w", err)
+	}
+	if !hmac.Equal([]byte(h.Proof), []byte(rdzvProof(token, "node", ekm))) {
+		l.send(nodeMsg{Error: "the endpoint refused this node: its token is not the job's"})
+		return nil, h, fmt.Errorf("%w: it does not know the job's token", ErrRdzvRefused)
+	}
+	t.SetDeadline(time.Time{})
+	return l, h, nil
+}
+
+// dialEndpoint runs a node's side of the handshake with the endpoint at
+// addr, and sends hello (whose Proof it fills in).
+func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	t := tls.Client(c, &tls.Config{MinVersion: tls.VersionTLS13,
+		// The endpoint's proof of the token, below, is the whole
+		// verification: its certificate is made on the spot.
+		InsecureSkipVerify: true})
+	t.SetDeadline(time.Now().Add(rdzvShake))
+	if err := t.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("TLS handshake: %w", err)
+	}
+	cs := t.ConnectionState()
+	ekm, err := cs.ExportKeyingMaterial(rdzvEKMLabel, nil, 32)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	l := newLineConn(t)
+	line, err := readLine(l.r, 256)
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("no answer after the TLS handshake: %w", err)
+	}
+	proof, ok := strings.CutPrefix(line, rdzvPrefix)
+	if !ok || !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "endpoint", ekm))) {
+		t.Close()
+		return nil, fmt.Errorf("%w: the endpoint did not prove that it knows the job's token (a different token there or here, or not a gorun endpoint)", ErrRdzvRefused)
+	}
+	hello.Proof = rdzvProof(token, "node", ekm)
+	if err := l.send(hello); err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.SetDeadline(time.Time{})
+	return l, nil
+}
