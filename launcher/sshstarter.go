@@ -131,7 +131,7 @@ func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host host
 		src = s.Exe
 	}
 	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
-	path, staged, err := sshclient.Stage(ctx, c, src, s.Exe, s.extra()...)
+	st, err := sshclient.Stage(ctx, c, src, s.Exe, s.extra()...)
 	var ge *sshclient.GlibcError
 	if errors.As(err, &ge) {
 		if refused != nil {
@@ -142,22 +142,24 @@ func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host host
 	if err != nil {
 		return nil, fmt.Errorf("%s: copy gorun there: %w", host.Name, err)
 	}
-	if refused != nil && !staged {
+	if refused != nil && !st.Cached {
 		// The very file that the loader refused: no need to try it again.
 		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
 	}
-	a, id, err := s.startOn(c, host, path, staged)
+	a, id, err := s.startOn(c, host, st.Path, st.Cached)
 	if errors.As(err, &refused) {
 		return s.startStatic(ctx, c, host, refusedGlibc(src, refused))
 	}
 	if err == nil && id != mine {
-		err = fmt.Errorf("the copy of gorun at %s reports build %s, not %s", path, id, mine)
+		err = fmt.Errorf("the copy of gorun at %s reports build %s, not %s", st.Path, id, mine)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: start gorun agent: %w", host.Name, err)
 	}
-	if s.Log != nil {
-		s.Log("%s: %s; using a copy in %s%s", host.Name, why, path, s.with())
+	if s.Log != nil && st.Copied {
+		// Said once, when the copy is made: a run that finds it in the
+		// cache says nothing.
+		s.Log("%s: %s; using a copy in %s%s", host.Name, why, st.Path, s.with())
 	}
 	return a, nil
 }
@@ -188,19 +190,19 @@ func (s *SSHStarter) startStatic(ctx context.Context, c *ssh.Client, host hostfi
 	} else if err != nil {
 		return nil, fmt.Errorf("%s: %v, and %s cannot be used instead: %w", host.Name, ge, static, err)
 	}
-	path, staged, err := sshclient.Stage(ctx, c, static, s.Exe, s.extra()...)
+	st, err := sshclient.Stage(ctx, c, static, s.Exe, s.extra()...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v; copy %s there: %w", host.Name, ge, StaticBinary, err)
 	}
-	a, id, err := s.startOn(c, host, path, staged)
+	a, id, err := s.startOn(c, host, st.Path, st.Cached)
 	if want := fileBuildID(static); err == nil && id != want {
-		err = fmt.Errorf("the copy of %s at %s reports build %s, not %s", StaticBinary, path, id, want)
+		err = fmt.Errorf("the copy of %s at %s reports build %s, not %s", StaticBinary, st.Path, id, want)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v; start gorun agent from %s: %w", host.Name, ge, StaticBinary, err)
 	}
-	if s.Log != nil {
-		s.Log("%s: %v: using %s, a copy in %s%s", host.Name, ge, StaticBinary, path, s.with())
+	if s.Log != nil && st.Copied {
+		s.Log("%s: %v: using %s, a copy in %s%s", host.Name, ge, StaticBinary, st.Path, s.with())
 	}
 	return a, nil
 }

@@ -222,17 +222,17 @@ func TestStageGlibc(t *testing.T) {
 			os.WriteFile(same, content, 0o755)
 			for _, want := range []string{same, "/nonexistent/bin/gorun"} {
 				n := s.execCount()
-				path, staged, err := Stage(ctx, c, tc.exe, want)
+				st, err := Stage(ctx, c, tc.exe, want)
 				if tc.refused == nil {
-					if err != nil || !staged && path != same {
-						t.Errorf("Stage(%s) = %q, %v, %v; want it staged or used as is", want, path, staged, err)
+					if err != nil || !st.Cached && st.Path != same {
+						t.Errorf("Stage(%s) = %+v, %v; want it staged or used as is", want, st, err)
 					}
 					continue
 				}
 				var ge *GlibcError
 				var he *HostError
 				if !errors.As(err, &ge) || !errors.As(err, &he) || he.Host != "node1" || *ge != *tc.refused {
-					t.Fatalf("Stage(%s) = %q, %v, %v; want a HostError for node1 with %+v", want, path, staged, err, tc.refused)
+					t.Fatalf("Stage(%s) = %+v, %v; want a HostError for node1 with %+v", want, st, err, tc.refused)
 				}
 				if s.execCount() != n+1 {
 					t.Errorf("Stage(%s) ran %d commands, want 1 (the probe, no copy)", want, s.execCount()-n)

@@ -306,12 +306,13 @@ func goPlatform(osName, machine string) (string, string) {
 // copies nothing and returns a *HostError wrapping a *GlibcError: the
 // caller may stage a static build instead. (Where getconf does not tell,
 // Stage goes on.) If wantPath exists there, is executable and
-// has localExe's sha256, Stage returns wantPath, false. Otherwise it copies
-// localExe over c into ~/.cache/gorun/bin/<first 16 hex of its sha256>/gorun
-// (the remote $HOME; the copy is skipped when that file already has the
-// right hash) and returns its absolute path, true: $HOME there as its
-// physical path (no symbolic link), for StagedCommand, which is how that
-// copy must be run. The remote host needs a POSIX sh, find, and sha256sum
+// has localExe's sha256, Stage returns Staged{Path: wantPath}. Otherwise it
+// copies localExe over c into ~/.cache/gorun/bin/<first 16 hex of its
+// sha256>/gorun (the remote $HOME; the copy is skipped when that file
+// already has the right hash) and returns its absolute path as Path, with
+// Cached set: $HOME there as its physical path (no symbolic link), for
+// StagedCommand, which is how that copy must be run. Copied says whether
+// anything was copied this time. The remote host needs a POSIX sh, find, and sha256sum
 // (or shasum) for the comparisons. Errors are *HostError naming the host.
 //
 // Before it copies anything, Stage checks the cache as sshd's StrictModes
@@ -330,10 +331,10 @@ func goPlatform(osName, machine string) (string, string) {
 // base names must be plain file names other than "gorun". An extra file
 // that cannot be read is an error naming it, found before anything is
 // copied.
-func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string, extra ...string) (remotePath string, staged bool, err error) {
+func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string, extra ...string) (Staged, error) {
 	host := hostOf(c)
-	fail := func(format string, args ...any) (string, bool, error) {
-		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: "+format, args...), "")
+	fail := func(format string, args ...any) (Staged, error) {
+		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: "+format, args...), "")
 	}
 	sum, err := localHash(localExe)
 	if err != nil {
@@ -412,16 +413,16 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 		if noLoader {
 			ge.Loader = loader
 		}
-		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", ge), "")
+		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: %w", ge), "")
 	}
 	if wantSum == sum {
-		return wantPath, false, nil
+		return Staged{Path: wantPath}, nil
 	}
 	if home == "" || !strings.HasPrefix(home, "/") {
 		return fail("the remote HOME is %q, not an absolute path", home)
 	}
 	if unsafe != nil {
-		return "", false, hostErr(host, Other, fmt.Errorf("staging gorun: %w", unsafe), UnsafeHint)
+		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: %w", unsafe), UnsafeHint)
 	}
 	dir := strings.TrimSuffix(home, "/") + "/.cache/gorun/bin/" + short
 	cachePath := dir + "/gorun"
@@ -440,25 +441,42 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 		}
 		e.exec = st.Mode().Perm()&0o111 != 0
 	}
+	done := Staged{Path: cachePath, Cached: true}
 	if cacheSum != sum {
 		if otherPlatform {
-			return "", false, hostErr(host, Other,
+			return Staged{}, hostErr(host, Other,
 				fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", goos, goarch, runtime.GOOS, runtime.GOARCH),
 				fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))
 		}
 		if err := copyTo(ctx, c, stagedFile{local: localExe, name: "gorun", sum: sum, exec: true}, short, cachePath); err != nil {
-			return "", false, copyErr(host, err)
+			return Staged{}, copyErr(host, err)
 		}
+		done.Copied = true
 	}
 	for _, e := range extras {
 		if e.remoteSum == e.sum && (e.remoteExec || !e.exec) {
 			continue
 		}
 		if err := copyTo(ctx, c, e, short, dir+"/"+e.name); err != nil {
-			return "", false, copyErr(host, err)
+			return Staged{}, copyErr(host, err)
 		}
+		done.Copied = true
 	}
-	return cachePath, true, nil
+	return done, nil
+}
+
+// Staged is what Stage found or did on a host.
+type Staged struct {
+	// Path is the gorun to run there: wantPath, or the copy in the
+	// staging cache.
+	Path string
+	// Cached means that Path is the copy in the cache, which must be run
+	// with StagedCommand.
+	Cached bool
+	// Copied means that Stage copied gorun, or one of the extra files,
+	// into the cache this time; false when the cache already held them
+	// all (or Path is wantPath).
+	Copied bool
 }
 
 // copyErr is the HostError of a copy into the cache of host that failed.

@@ -53,10 +53,11 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	path, staged, err := Stage(ctx, c, exe, "/nonexistent/gorun")
-	if err != nil || !staged {
-		t.Fatalf("Stage = %q, %v, %v", path, staged, err)
+	staged, err := Stage(ctx, c, exe, "/nonexistent/gorun")
+	if err != nil || !staged.Cached {
+		t.Fatalf("Stage = %+v, %v", staged, err)
 	}
+	path := staged.Path
 	out, errOut, code := execStaged(t, c, path, "agent", "--host", "node1")
 	if code != 0 || out != "genuine agent --host node1\n" {
 		t.Fatalf("the genuine copy: exit %d, %q %q", code, out, errOut)
@@ -113,8 +114,8 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 		os.RemoveAll(cache)
 		os.RemoveAll(evil)
 		mkdirAs(t, evil, 0o777, attacker.UID, attacker.GID)
-		if p, _, err := Stage(ctx, c, exe, "/nonexistent/gorun"); err != nil || p != path {
-			t.Fatalf("%s: Stage = %q, %v", tc.name, p, err)
+		if again, err := Stage(ctx, c, exe, "/nonexistent/gorun"); err != nil || again.Path != path {
+			t.Fatalf("%s: Stage = %+v, %v", tc.name, again, err)
 		}
 		tc.do()
 		out, errOut, code := execStaged(t, c, path, "agent", "--host", "node1")

@@ -57,29 +57,31 @@ func TestStage(t *testing.T) {
 	want := cacheFor(s.home, content)
 
 	// First: wantPath is missing there, so the binary is copied.
-	path, staged, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun")
+	st, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if path != want || !staged {
-		t.Fatalf("Stage = %q, %v; want %q, true", path, staged, want)
+	if st != (Staged{Path: want, Cached: true, Copied: true}) {
+		t.Fatalf("Stage = %+v; want %q, cached, copied", st, want)
 	}
+	path := st.Path
 	got, err := os.ReadFile(path)
 	if err != nil || !bytes.Equal(got, content) {
 		t.Fatalf("staged file differs (%v)", err)
 	}
-	if st, _ := os.Stat(path); st.Mode().Perm() != 0o755 {
-		t.Errorf("mode %v", st.Mode())
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v", fi.Mode())
 	}
 	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".gorun.tmp.*")); len(leftovers) > 0 {
 		t.Errorf("temporary files left: %v", leftovers)
 	}
 
-	// Second: the cached copy is reused, with one probe and no copy.
+	// Second: the cached copy is reused, with one probe and no copy,
+	// and Stage says it copied nothing.
 	n := s.execCount()
-	path, staged, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun")
-	if err != nil || path != want || !staged {
-		t.Fatalf("second Stage = %q, %v, %v", path, staged, err)
+	st, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun")
+	if err != nil || st != (Staged{Path: want, Cached: true}) {
+		t.Fatalf("second Stage = %+v, %v; want %q, cached, not copied", st, err, want)
 	}
 	if s.execCount() != n+1 {
 		t.Errorf("second Stage ran %d commands, want 1 (no copy)", s.execCount()-n)
@@ -89,9 +91,9 @@ func TestStage(t *testing.T) {
 	same := filepath.Join(s.home, "bin with space", "gorun")
 	os.MkdirAll(filepath.Dir(same), 0o755)
 	os.WriteFile(same, content, 0o755)
-	path, staged, err = Stage(ctx, c, exe, same)
-	if err != nil || path != same || staged {
-		t.Fatalf("Stage(same) = %q, %v, %v; want %q, false", path, staged, err, same)
+	st, err = Stage(ctx, c, exe, same)
+	if err != nil || st != (Staged{Path: same}) {
+		t.Fatalf("Stage(same) = %+v, %v; want %q, not cached", st, err, same)
 	}
 
 	// wantPath holds another binary, or is not executable: staged.
@@ -100,9 +102,9 @@ func TestStage(t *testing.T) {
 	notExec := filepath.Join(s.home, "noexec")
 	os.WriteFile(notExec, content, 0o644)
 	for _, p := range []string{other, notExec} {
-		path, staged, err = Stage(ctx, c, exe, p)
-		if err != nil || path != want || !staged {
-			t.Errorf("Stage(%s) = %q, %v, %v; want %q, true", p, path, staged, err, want)
+		st, err = Stage(ctx, c, exe, p)
+		if err != nil || st.Path != want || !st.Cached {
+			t.Errorf("Stage(%s) = %+v, %v; want %q, cached", p, st, err, want)
 		}
 	}
 }
@@ -115,9 +117,9 @@ func TestStageConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			path, staged, err := Stage(context.Background(), c, exe, "/nonexistent")
-			if err != nil || path != cacheFor(s.home, content) || !staged {
-				t.Errorf("Stage = %q, %v, %v", path, staged, err)
+			st, err := Stage(context.Background(), c, exe, "/nonexistent")
+			if err != nil || st.Path != cacheFor(s.home, content) || !st.Cached {
+				t.Errorf("Stage = %+v, %v", st, err)
 			}
 		}()
 	}
@@ -131,7 +133,7 @@ func TestStageConcurrent(t *testing.T) {
 func TestStageErrorNamesHost(t *testing.T) {
 	t.Parallel()
 	_, c, _, _ := stageSetup(t)
-	_, _, err := Stage(context.Background(), c, filepath.Join(t.TempDir(), "missing"), "/x")
+	_, err := Stage(context.Background(), c, filepath.Join(t.TempDir(), "missing"), "/x")
 	var he *HostError
 	if !errors.As(err, &he) || he.Host != "node1" {
 		t.Fatalf("error %v, want a HostError for node1", err)
@@ -172,9 +174,9 @@ func TestStageExtra(t *testing.T) {
 	same := filepath.Join(s.home, "bin", "gorun")
 	os.MkdirAll(filepath.Dir(same), 0o755)
 	os.WriteFile(same, content, 0o755)
-	path, staged, err := Stage(ctx, c, exe, same, plugin)
-	if err != nil || path != same || staged {
-		t.Fatalf("Stage(same) = %q, %v, %v; want %q, false", path, staged, err, same)
+	st, err := Stage(ctx, c, exe, same, plugin)
+	if err != nil || st != (Staged{Path: same}) {
+		t.Fatalf("Stage(same) = %+v, %v; want %q, not cached", st, err, same)
 	}
 	if _, err := os.Stat(wantPlugin); !os.IsNotExist(err) {
 		t.Fatalf("gorun-pmix copied though gorun was not staged (%v)", err)
@@ -182,9 +184,9 @@ func TestStageExtra(t *testing.T) {
 
 	// Staged: gorun and the extra files are copied, three copies.
 	n := s.execCount()
-	path, staged, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
-	if err != nil || path != want || !staged {
-		t.Fatalf("Stage = %q, %v, %v; want %q, true", path, staged, err, want)
+	st, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
+	if err != nil || st != (Staged{Path: want, Cached: true, Copied: true}) {
+		t.Fatalf("Stage = %+v, %v; want %q, cached, copied", st, err, want)
 	}
 	if got := s.execCount() - n; got != 4 {
 		t.Errorf("Stage ran %d commands, want 4 (a probe and three copies)", got)
@@ -198,8 +200,8 @@ func TestStageExtra(t *testing.T) {
 		if err != nil || !bytes.Equal(got, f.content) {
 			t.Errorf("%s differs (%v)", f.path, err)
 		}
-		if st, err := os.Stat(f.path); err != nil || st.Mode().Perm() != f.mode {
-			t.Errorf("%s: mode %v (%v), want %v", f.path, st.Mode().Perm(), err, f.mode)
+		if fi, err := os.Stat(f.path); err != nil || fi.Mode().Perm() != f.mode {
+			t.Errorf("%s: mode %v (%v), want %v", f.path, fi.Mode().Perm(), err, f.mode)
 		}
 	}
 	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(want), ".*.tmp.*")); len(leftovers) > 0 {
@@ -208,9 +210,9 @@ func TestStageExtra(t *testing.T) {
 
 	// Again: all identical, so only the probe runs.
 	n = s.execCount()
-	path, staged, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
-	if err != nil || path != want || !staged {
-		t.Fatalf("second Stage = %q, %v, %v", path, staged, err)
+	st, err = Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin, notes)
+	if err != nil || st != (Staged{Path: want, Cached: true}) {
+		t.Fatalf("second Stage = %+v, %v; want %q, cached, not copied", st, err, want)
 	}
 	if got := s.execCount() - n; got != 1 {
 		t.Errorf("second Stage ran %d commands, want 1 (no copy)", got)
@@ -224,8 +226,8 @@ func TestStageExtra(t *testing.T) {
 	} {
 		spoil()
 		n = s.execCount()
-		if _, _, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin); err != nil {
-			t.Fatal(err)
+		if st, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun", plugin); err != nil || !st.Copied {
+			t.Fatalf("Stage = %+v, %v; want the plugin copied", st, err)
 		}
 		if got := s.execCount() - n; got != 2 {
 			t.Errorf("Stage ran %d commands, want 2 (a probe and the plugin's copy)", got)
@@ -273,7 +275,7 @@ func TestStageExtraErrors(t *testing.T) {
 		}{"unreadable", []string{unreadable}, unreadable})
 	}
 	for _, tc := range cases {
-		_, _, err := Stage(context.Background(), c, exe, "/nonexistent", tc.extra...)
+		_, err := Stage(context.Background(), c, exe, "/nonexistent", tc.extra...)
 		t.Logf("%s: %v", tc.name, err)
 		var he *HostError
 		if !errors.As(err, &he) || he.Host != "node1" {

@@ -102,7 +102,7 @@ func TestStageRefusesUnsafeCache(t *testing.T) {
 		os.RemoveAll(cache)
 		os.Chmod(home, 0o700)
 		tc.do()
-		_, _, err := Stage(ctx, c, exe, "/nonexistent/gorun")
+		_, err := Stage(ctx, c, exe, "/nonexistent/gorun")
 		t.Logf("%s: %v", tc.name, err)
 		var he *HostError
 		switch {
@@ -127,10 +127,11 @@ func TestStageRefusesUnsafeCache(t *testing.T) {
 	// one that is there already with mode 0755 is fine as it is.
 	os.RemoveAll(cache)
 	os.Chmod(home, 0o700)
-	path, staged, err := Stage(ctx, c, exe, "/nonexistent/gorun")
-	if err != nil || !staged || path != cacheFor(home, content) {
-		t.Fatalf("Stage = %q, %v, %v", path, staged, err)
+	staged, err := Stage(ctx, c, exe, "/nonexistent/gorun")
+	if err != nil || !staged.Cached || staged.Path != cacheFor(home, content) {
+		t.Fatalf("Stage = %+v, %v", staged, err)
 	}
+	path := staged.Path
 	for p := filepath.Dir(path); p != home; p = filepath.Dir(p) {
 		st, err := os.Lstat(p)
 		if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 || fileOwner(st) != victim.UID {
@@ -142,7 +143,7 @@ func TestStageRefusesUnsafeCache(t *testing.T) {
 	}
 	os.RemoveAll(cache)
 	v(cache, 0o755)
-	if _, _, err := Stage(ctx, c, exe, "/nonexistent/gorun"); err != nil {
+	if _, err := Stage(ctx, c, exe, "/nonexistent/gorun"); err != nil {
 		t.Errorf("a ~/.cache of mode 0755: %v", err)
 	}
 }
