@@ -12,6 +12,7 @@ require (
 	golang.org/x/crypto v0.58.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/grpc v1.61.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (
