@@ -1,0 +1,245 @@
+package peerargs
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// torchrun takes its options with two dashes, spelled with '-' or '_'
+// (--nproc-per-node, --nproc_per_node), and --name=value; the program (the
+// training script) is the first argument that is not an option.
+
+// torchState is what torchrun's options said, written out once they are
+// all read.
+type torchState struct {
+	nproc, nnodes           string
+	endpoint, id            string
+	masterAddr, masterPort  string
+	standalone              bool
+	noPython, module        bool
+	runPath                 bool
+	joinTimeout, lastCall   string // gorun durations
+	ignoredConf, nodeRankAt []string
+}
+
+// Defaults of torchrun's.
+const (
+	torchMasterPort = "29500" // --master-port
+	torchRdzvPort   = "29400" // the port of an --rdzv-endpoint given without one
+)
+
+// outputNote is the note for torchrun's flags that write ranks' output to files.
+const outputNote = "ignored: gorun relays every rank's output itself " +
+	"(--output-filename DIR writes it to files, --tag-output prefixes each line with its rank)"
+
+// set returns the action of a torchrun option that sets a field.
+func set(field func(*torchState) *string) func(*parser, string, []string) error {
+	return func(p *parser, _ string, v []string) error {
+		*field(&p.torch) = v[0]
+		return nil
+	}
+}
+
+// on returns the action of a torchrun switch.
+func on(field func(*torchState) *bool) func(*parser, string, []string) error {
+	return func(p *parser, _ string, _ []string) error {
+		*field(&p.torch) = true
+		return nil
+	}
+}
+
+// torchrunFlags are torchrun's flags that gorun takes.
+var torchrunFlags = []option{
+	{names: []string{"nproc-per-node"}, nargs: 1, do: set(func(s *torchState) *string { return &s.nproc })},
+	{names: []string{"nnodes"}, nargs: 1, do: set(func(s *torchState) *string { return &s.nnodes })},
+	{names: []string{"rdzv-endpoint"}, nargs: 1, do: set(func(s *torchState) *string { return &s.endpoint })},
+	{names: []string{"rdzv-id"}, nargs: 1, do: set(func(s *torchState) *string { return &s.id })},
+	{names: []string{"rdzv-backend"}, nargs: 1, do: rdzvBackend},
+	{names: []string{"rdzv-conf"}, nargs: 1, do: rdzvConf},
+	{names: []string{"standalone"}, do: on(func(s *torchState) *bool { return &s.standalone })},
+	{names: []string{"master-addr"}, nargs: 1, do: set(func(s *torchState) *string { return &s.masterAddr })},
+	{names: []string{"master-port"}, nargs: 1, do: set(func(s *torchState) *string { return &s.masterPort })},
+	{names: []string{"node-rank"}, nargs: 1, do: func(p *parser, typed string, _ []string) error {
+		p.torch.nodeRankAt = append(p.torch.nodeRankAt, typed)
+		return nil
+	}},
+	{names: []string{"max-restarts"}, nargs: 1, do: as("--max-restarts")},
+	{names: []string{"monitor-interval"}, nargs: 1, do: nothing}, // gorun hears of a rank's exit at once
+	{names: []string{"start-method"}, nargs: 1, do: nothing},     // every rank is a process of its own
+	{names: []string{"role"}, nargs: 1, do: nothing},
+	{names: []string{"log-dir"}, nargs: 1, do: noted(outputNote)},
+	{names: []string{"r", "redirects"}, nargs: 1, do: noted(outputNote)},
+	{names: []string{"t", "tee"}, nargs: 1, do: noted(outputNote)},
+	{names: []string{"no-python"}, do: on(func(s *torchState) *bool { return &s.noPython })},
+	{names: []string{"m", "module"}, do: on(func(s *torchState) *bool { return &s.module })},
+	{names: []string{"run-path"}, do: on(func(s *torchState) *bool { return &s.runPath })},
+}
+
+// rdzvBackend takes --rdzv-backend: gorun serves the rendezvous itself, in
+// the place of c10d's store (and of static's rank-0 store).
+func rdzvBackend(_ *parser, typed string, v []string) error {
+	switch v[0] {
+	case "c10d", "static":
+		return nil
+	}
+	return fmt.Errorf("%s: the nodes meet at the gorun that serves --rdzv-endpoint: use c10d (or drop it)", typed)
+}
+
+// rdzvConf takes --rdzv-conf key=value,...: its timeouts become gorun's.
+func rdzvConf(p *parser, typed string, v []string) error {
+	for _, kv := range strings.Split(v[0], ",") {
+		if kv == "" {
+			continue
+		}
+		k, val, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%s: %q is not key=value", typed, kv)
+		}
+		switch k {
+		case "join_timeout", "last_call_timeout":
+			secs, err := strconv.ParseFloat(val, 64)
+			if err != nil || secs < 0 {
+				return fmt.Errorf("%s: %s: want seconds", typed, kv)
+			}
+			d := time.Duration(secs * float64(time.Second)).String()
+			if k == "join_timeout" {
+				p.torch.joinTimeout = d
+			} else {
+				p.torch.lastCall = d
+			}
+		default:
+			p.torch.ignoredConf = append(p.torch.ignoredConf, kv)
+		}
+	}
+	return nil
+}
+
+// nodeCount reads --nnodes N or MIN:MAX and returns MAX.
+func nodeCount(s string) (int, error) {
+	lo, hi, elastic := strings.Cut(s, ":")
+	if !elastic {
+		hi = lo
+	}
+	least, err1 := strconv.Atoi(lo)
+	most, err2 := strconv.Atoi(hi)
+	if err1 != nil || err2 != nil || least < 1 || most < least {
+		return 0, fmt.Errorf("--nnodes %s: want N or MIN:MAX, node counts from 1", s)
+	}
+	return most, nil
+}
+
+// torchrun writes out what torchrun's options said, then the program:
+// under the Python interpreter, as torchrun runs it.
+func (p *parser) torchrun(rest []string) error {
+	s := &p.torch
+	nnodes := s.nnodes
+	if nnodes == "" {
+		nnodes = "1"
+	}
+	maxNodes, err := nodeCount(nnodes)
+	if err != nil {
+		return err
+	}
+	if s.standalone && maxNodes > 1 {
+		return fmt.Errorf("--standalone with --nnodes %s: a standalone job runs on one node", nnodes)
+	}
+	nproc := s.nproc
+	switch {
+	case nproc == "" && (p.given["np"] || p.given["n"]):
+		// gorun's -np, given in the personality, says how many.
+	case nproc == "":
+		nproc = "1" // torchrun's default
+	case nproc == "auto":
+		nproc = "" // gorun's default: one rank per GPU, else one per core, as torchrun's auto
+	case nproc == "gpu" || nproc == "cpu" || nproc == "xpu":
+		return fmt.Errorf("--nproc-per-node %s: give the number of ranks per node, or auto (one per GPU, else one per core)", nproc)
+	default:
+		if n, err := strconv.Atoi(nproc); err != nil || n < 1 {
+			return fmt.Errorf("--nproc-per-node %s: want a number of ranks from 1, or auto", nproc)
+		}
+	}
+	if maxNodes == 1 {
+		// One node: a local job; its rendezvous needs no endpoint, and
+		// gorun picks MASTER_ADDR and MASTER_PORT.
+		if nproc != "" {
+			p.emit("-np", nproc)
+		}
+	} else {
+		if nproc == "" {
+			return fmt.Errorf("--nnodes %s: give --nproc-per-node, the number of ranks on each node (not auto)", nnodes)
+		}
+		endpoint, err := s.rendezvousEndpoint()
+		if err != nil {
+			return fmt.Errorf("--nnodes %s: %w", nnodes, err)
+		}
+		p.emit("--nnodes", nnodes, "--nproc-per-node", nproc, "--rdzv-endpoint", endpoint)
+		if s.id != "" {
+			p.emit("--rdzv-id", s.id)
+		}
+		if s.joinTimeout != "" {
+			p.emit("--rdzv-timeout", s.joinTimeout)
+		}
+		if s.lastCall != "" {
+			p.emit("--rdzv-last-call", s.lastCall)
+		}
+		for _, kv := range s.ignoredConf {
+			p.note("--rdzv-conf %s: ignored (gorun's rendezvous takes join_timeout and last_call_timeout)", kv)
+		}
+		for _, typed := range s.nodeRankAt {
+			p.note("%s: ignored: the endpoint gives each node its rank", typed)
+		}
+	}
+	return p.torchProgram(rest)
+}
+
+// rendezvousEndpoint returns where the nodes meet: --rdzv-endpoint, else
+// (torchrun's static rendezvous) --master-addr and --master-port.
+func (s *torchState) rendezvousEndpoint() (string, error) {
+	if s.endpoint != "" {
+		if _, _, err := net.SplitHostPort(s.endpoint); err != nil {
+			return net.JoinHostPort(strings.Trim(s.endpoint, "[]"), torchRdzvPort), nil
+		}
+		return s.endpoint, nil
+	}
+	if s.masterAddr == "" {
+		return "", errors.New("give the node that serves the rendezvous: --rdzv-endpoint HOST:PORT (or --master-addr HOST)")
+	}
+	port := s.masterPort
+	if port == "" {
+		port = torchMasterPort
+	}
+	return net.JoinHostPort(s.masterAddr, port), nil
+}
+
+// torchProgram writes the program as torchrun runs it: a script or a
+// module (-m) under Python with -u, or the program itself (--no-python).
+func (p *parser) torchProgram(rest []string) error {
+	s := &p.torch
+	switch {
+	case s.noPython && s.module:
+		return errors.New("--no-python and --module (-m): give one")
+	case s.noPython && s.runPath:
+		return errors.New("--no-python and --run-path: give one")
+	}
+	if len(rest) == 0 {
+		return nil // gorun says what is missing (or --dry-run needs none)
+	}
+	if s.noPython {
+		p.emit(rest...)
+		return nil
+	}
+	python := p.o.Python
+	if python == "" {
+		python = "python3"
+	}
+	p.emit(python, "-u")
+	if s.module {
+		p.emit("-m")
+	}
+	p.emit(rest...)
+	return nil
+}
