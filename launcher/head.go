@@ -105,14 +105,14 @@ type Options struct {
 	// TORCHELASTIC_RESTART_COUNT), the job id (the same in every round),
 	// the run id (--rdzv-id: ranks'
 	// TORCHELASTIC_RUN_ID; "" = the job id), the membership changes so
-	// far (in the summary), and Rejoin, asked when an agent is lost in
-	// generation gen: true ends Run without a summary, with ErrRejoin,
-	// for a new round.
+	// far (in the summary), and Rejoin, asked when the agent of host
+	// ("" = not known) is lost in generation gen, why saying so: true ends
+	// Run without a summary, with ErrRejoin, for a new round.
 	FirstGeneration int
 	JobID           string // the job's id; "" = a new one
 	RunID           string
 	Membership      []string
-	Rejoin          func(gen int, lost string) bool
+	Rejoin          func(gen int, host, why string) bool
 
 	Starter Starter // nil = LocalStarter
 	// Alloc is the resource manager's allocation the job runs in, if any:
@@ -435,7 +435,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 	}
 	h.stopAgents()
 	h.mux.Close()
-	if res.reason == reasonAgentLost && h.o.Rejoin != nil && ctx.Err() == nil && h.o.Rejoin(int(h.gen.Load()), res.lost) {
+	if res.reason == reasonAgentLost && h.o.Rejoin != nil && ctx.Err() == nil && h.o.Rejoin(int(h.gen.Load()), res.host, res.lost) {
 		return ExitLaunch, fmt.Errorf("%w: %s", ErrRejoin, res.lost)
 	}
 	code := h.summarize(res)

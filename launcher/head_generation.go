@@ -39,6 +39,7 @@ type result struct {
 	reason reason
 	signal syscall.Signal // reasonSignal: what gorun received
 	lost   string         // reasonAgentLost: which host, why; reasonOutputLost: whose output, why
+	host   string         // reasonAgentLost: the host whose agent was lost, when known
 	first  *RankRecord    // reasonFailed: the generation's first failure
 }
 
@@ -264,7 +265,7 @@ func (g *genState) onAgentLost(e agentLost) {
 	}
 	a.gone = true
 	g.pending--
-	g.end(result{reason: reasonAgentLost, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))})
+	g.end(result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))})
 	h.markLost(e.node, g.gen)
 	g.stopOnce()
 }

@@ -262,6 +262,12 @@ func (s *nodeServer) serve() {
 // admit runs the handshake with a node and puts it in the lobby.
 func (s *nodeServer) admit(c net.Conn) {
 	l, h, err := acceptNode(c, s.cert, s.p.Token)
+	if err != nil && errors.Is(err, io.EOF) && strings.HasPrefix(err.Error(), "TLS handshake") {
+		// Connected and closed without a byte: a port probe (a
+		// Kubernetes TCP probe, a test waiting for the port), not a node.
+		c.Close()
+		return
+	}
 	if err != nil {
 		s.refused.add(c.RemoteAddr(), err.Error())
 		c.Close()
@@ -479,6 +485,7 @@ func (s *nodeServer) runRound(ctx context.Context, o Options, members []*member,
 	}
 	defer door.close()
 	st := &joinStarter{door: door, members: map[string]*member{}, dead: make(chan struct{})}
+	close(st.dead)
 	hosts := make([]hostfile.Host, len(members))
 	for i, m := range members {
 		hosts[i] = hostfile.Host{Name: m.name, Slots: m.hello.NProc}
@@ -494,16 +501,22 @@ func (s *nodeServer) runRound(ctx context.Context, o Options, members []*member,
 	ro.Plan.Source = "the per-node launch at " + s.p.Endpoint
 	ro.FirstGeneration, ro.JobID, ro.RunID, ro.Membership = first, s.jobID, s.p.ID, changes
 	ro.Fanout = 0
+	lostHost, lostCode := "", ExitLaunch
 	if s.p.Elastic() {
-		ro.Rejoin = func(gen int, why string) bool {
+		ro.Rejoin = func(gen int, host, why string) bool {
 			if gen >= o.MaxRestarts {
 				return false
 			}
-			lost, next = why, gen+1
+			lost, lostHost, next = why, host, gen+1
 			return true
 		}
 	}
 	code, err = Run(ctx, ro)
+	if m := st.members[lostHost]; m != nil && m.alive() {
+		// Its gorun may still be there (its link came back): it leaves.
+		m.l.send(nodeMsg{End: &lostCode, Error: "this node was lost from the job (" + lost + "), which goes on without it"})
+		m.l.c.Close()
+	}
 	if errors.Is(err, ErrRejoin) {
 		return code, nil, lost, next
 	}
@@ -553,7 +566,7 @@ func (s *nodeServer) endAll(code int, msg string) {
 type joinStarter struct {
 	door    *agentDoor
 	members map[string]*member
-	dead    chan struct{} // never closed: a member's own gone is its end
+	dead    chan struct{} // closed: nothing stands between an agent and its node (a member's own gone is its end)
 }
 
 // StartAgent returns host's agent once it connected back.
@@ -571,9 +584,12 @@ func (s *joinStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agent
 		case <-ctx.Done():
 		}
 	}()
-	a, err := s.door.wait(ctx, host.Name, s.dead, func() string { return "" }, connectTimeout, "the round's start")
+	c, err := s.door.wait(ctx, host.Name, nil, nil, connectTimeout, "the round's start")
 	if err != nil && !m.alive() {
 		return nil, fmt.Errorf("%s: the node left before its agent connected (%v)", host.Name, m.err)
 	}
-	return a, err
+	if err != nil {
+		return nil, err
+	}
+	return &tcpAgent{c: c, dead: s.dead}, nil
 }

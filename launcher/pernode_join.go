@@ -95,6 +95,9 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 			switch {
 			case m.End != nil:
 				waitAgent(15 * time.Second)
+				if got != nil {
+					return exitSignalStart + int(got.(syscall.Signal)), nil
+				}
 				if m.Error != "" && n.self == "" {
 					fmt.Fprintf(n.stderr, "gorun: %s\n", m.Error)
 				}

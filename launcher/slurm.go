@@ -238,7 +238,7 @@ func (d *agentDoor) arrive(node string, c net.Conn) {
 
 // wait returns node's agent once it came in. dead closes when the agents
 // can no longer come (why says why); limit bounds the wait, from since.
-func (d *agentDoor) wait(ctx context.Context, node string, dead <-chan struct{}, why func() string, limit time.Duration, since string) (AgentProcess, error) {
+func (d *agentDoor) wait(ctx context.Context, node string, dead <-chan struct{}, why func() string, limit time.Duration, since string) (*tls.Conn, error) {
 	ch := make(chan net.Conn, 1)
 	d.mu.Lock()
 	if c := d.arrived[node]; c != nil {
@@ -252,12 +252,12 @@ func (d *agentDoor) wait(ctx context.Context, node string, dead <-chan struct{},
 	defer t.Stop()
 	select {
 	case c := <-ch:
-		return &tcpAgent{c: c.(*tls.Conn), dead: dead}, nil
+		return c.(*tls.Conn), nil
 	case <-dead:
 		// A connection may have won the race with the end.
 		select {
 		case c := <-ch:
-			return &tcpAgent{c: c.(*tls.Conn), dead: dead}, nil
+			return c.(*tls.Conn), nil
 		default:
 		}
 		return nil, fmt.Errorf("%s: its agent did not connect (%s)", node, why())
@@ -313,7 +313,11 @@ func (s *SlurmStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agen
 	if err := s.start(); err != nil {
 		return nil, err
 	}
-	return s.door.wait(ctx, host.Name, s.dead, func() string { return s.why }, connectTimeout, "srun's start")
+	c, err := s.door.wait(ctx, host.Name, s.dead, func() string { return s.why }, connectTimeout, "srun's start")
+	if err != nil {
+		return nil, err
+	}
+	return &tcpAgent{c: c, dead: s.dead}, nil
 }
 
 // tcpAgent is a connected-back agent's connection.

@@ -58,6 +58,7 @@ var helpTemplate = `NAME:
 USAGE:
    gorun [flags] PROGRAM [ARGS...]
    gorun [flags] COMMAND
+   gorun mpirun|mpiexec|torchrun [ITS FLAGS] PROGRAM [ARGS...]   (see PERSONALITIES in gorun(1))
 
 COMMANDS:{{range .VisibleCommands}}
    {{join .Names ", "}}{{"\t"}}{{.Usage}}{{end}}
@@ -173,7 +174,16 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 
 // run runs gorun with args and returns its exit code.
 func run(args []string) (int, error) {
-	args, notes, err := rewriteArgs(args)
+	args, notes, tool, err := personality(args)
+	if err != nil {
+		// One line that names the launcher: gorun mpirun: unknown flag -foo.
+		fmt.Fprintf(os.Stderr, "gorun %v\n", err)
+		return launcher.ExitUsage, nil
+	}
+	for _, n := range notes {
+		fmt.Fprintf(os.Stderr, "gorun %s: note: %s\n", tool, n)
+	}
+	args, notes, err = rewriteArgs(args)
 	if err != nil {
 		return launcher.ExitUsage, err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/config"
+	"github.com/gorun/gorun/peerargs"
 )
 
 // The flags a migrant from mpirun, mpiexec or torchrun types. Spellings
@@ -46,8 +47,7 @@ func exportList(v []string) []string {
 	return out
 }
 
-const genvallNote = "-genvall: ranks on this machine inherit gorun's environment already; " +
-	"remote ranks get sshd's environment plus -x exports (name the variables: -x NAME or -genvlist A,B)"
+const genvallNote = "-genvall: " + peerargs.GenvallNote
 
 // peerFlags is the table of peer spellings (man/gorun.1 lists each next to
 // the gorun option it means).
