@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -189,7 +191,8 @@ func (n *nodeJoin) startAgent(st *nodeStart) (*exec.Cmd, chan struct{}, error) {
 		args = append(args, "--leave-on-signal")
 	}
 	cmd := exec.Command(n.p.Exe, args...)
-	cmd.Env = append(os.Environ(), st.Env...)
+	// The token stays with this gorun: the agent and the ranks need none.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, TokenEnv+"=") }), st.Env...)
 	cmd.Stdout, cmd.Stderr = n.stderr, n.stderr
 	// Its own group keeps a terminal's Ctrl-C to this gorun; SIGTERM if
 	// this gorun dies (the agent then stops its ranks and goes).

@@ -103,7 +103,7 @@ func TestPerNodeLocal(t *testing.T) {
 	t.Parallel()
 	endpoint := "127.0.0.1:" + freePort(t)
 	mark := newMark(t)
-	prog := `echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE group=$GROUP_RANK/$GROUP_WORLD_SIZE role=$ROLE_RANK/$ROLE_WORLD_SIZE run=$TORCHELASTIC_RUN_ID restarts=$TORCHELASTIC_RESTART_COUNT master=$MASTER_ADDR"`
+	prog := `echo "token=${GORUN_RDZV_TOKEN:-none} rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK/$LOCAL_WORLD_SIZE group=$GROUP_RANK/$GROUP_WORLD_SIZE role=$ROLE_RANK/$ROLE_WORLD_SIZE run=$TORCHELASTIC_RUN_ID restarts=$TORCHELASTIC_RESTART_COUNT master=$MASTER_ADDR"`
 	args := func(extra ...string) []string {
 		return append([]string{"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", "job42",
 			"-x", "GORUN_TEST_MARK=" + mark}, extra...)
@@ -126,10 +126,10 @@ func TestPerNodeLocal(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(a.stdout.String()), "\n")
 	sort.Strings(lines)
 	want := []string{
-		"rank=0 world=4 local=0/2 group=0/2 role=0/4 run=job42 restarts=0 master=127.0.0.1",
-		"rank=1 world=4 local=1/2 group=0/2 role=1/4 run=job42 restarts=0 master=127.0.0.1",
-		"rank=2 world=4 local=0/2 group=1/2 role=2/4 run=job42 restarts=0 master=127.0.0.1",
-		"rank=3 world=4 local=1/2 group=1/2 role=3/4 run=job42 restarts=0 master=127.0.0.1",
+		"token=none rank=0 world=4 local=0/2 group=0/2 role=0/4 run=job42 restarts=0 master=127.0.0.1",
+		"token=none rank=1 world=4 local=1/2 group=0/2 role=1/4 run=job42 restarts=0 master=127.0.0.1",
+		"token=none rank=2 world=4 local=0/2 group=1/2 role=2/4 run=job42 restarts=0 master=127.0.0.1",
+		"token=none rank=3 world=4 local=1/2 group=1/2 role=3/4 run=job42 restarts=0 master=127.0.0.1",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the endpoint's node printed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
@@ -324,4 +324,22 @@ func TestPerNodeElasticLeave(t *testing.T) {
 		t.Errorf("the node that stayed: exit %d\n%s", code, nodes[1].stderr.String())
 	}
 	assertNoSurvivors(t, mark, 5*time.Second)
+}
+
+// An MPICH program in a per-node launch on two netns hosts: PMI through
+// each node's agent, the fences through the endpoint's head.
+func TestPerNodeNetnsMPICH(t *testing.T) {
+	c := perNodeCluster(t)
+	bin := buildMPI(t, binDir, "mpicc.mpich", "check.c")
+	endpoint := c.Hosts[0].IP + ":29433"
+	var nodes []*node
+	for _, h := range []string{"h1", "h2"} {
+		nodes = append(nodes, onHost(t, c, h, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", endpoint, bin))
+	}
+	for i, n := range nodes {
+		if code := n.wait(t, 120*time.Second); code != 0 {
+			t.Fatalf("h%d: exit %d\nstdout:\n%s\nstderr:\n%s", i+1, code, n.stdout.String(), n.stderr.String())
+		}
+	}
+	checkPassed(t, result{stdout: nodes[0].stdout.String(), stderr: nodes[0].stderr.String()}, 4, 2)
 }
