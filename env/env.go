@@ -21,7 +21,7 @@ type Rank struct {
 	NodeCount      int    // number of hosts that run ranks
 	Host           string // the host's name as the plan knows it
 	MasterAddr     string // address of rank 0's host, reachable by every rank
-	MasterPort     int    // a free port on rank 0's host chosen by gorun
+	MasterPort     int    // a free port on rank 0's host chosen by gorun (rank 0's own behind the agent's gate for rank 0)
 	RestartCount   int    // how many times the job was restarted before this start
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none
@@ -285,7 +285,8 @@ func Vars(r Rank) []string {
 		// rank is then a client of it. gorun hosts no TCPStore there:
 		// "False" tells torch's env:// rendezvous that rank 0 starts the
 		// store (multi-tenant) and the others connect to it
-		// (torch.distributed.rendezvous._create_c10d_store).
+		// (torch.distributed.rendezvous._create_c10d_store); the agent
+		// holds the others' MASTER_PORT and passes them on to rank 0's.
 		"TORCHELASTIC_USE_AGENT_STORE=False",
 		"OMPI_COMM_WORLD_RANK=" + itoa(r.Rank),
 		"OMPI_COMM_WORLD_SIZE=" + itoa(r.WorldSize),

@@ -92,6 +92,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
+	// gate holds MASTER_PORT from the hello on, where rank 0 runs
+	// (mastergate.go); nil elsewhere, and where no port could be had.
+	gate *masterGate
+
 	stacksDir string // where the ranks' Python hook writes its dumps; "" = none
 	cpuMu     sync.Mutex
 	cpuPrev   map[int]cpuSample // by pid: each rank's CPU time at the last status probe
@@ -204,8 +208,14 @@ func (a *agent) hello(r *control.Reader) (control.Hello, error) {
 	}
 	host, _ := os.Hostname()
 	sshConn := os.Getenv("SSH_CONNECTION")
+	// Every agent holds a port: the head takes the first host's for
+	// MASTER_PORT, and the others let theirs go at the launch.
+	port := 0
+	if a.gate = openMasterGate(); a.gate != nil {
+		port = a.gate.port
+	}
 	headHello, err := control.Handshake(a.w, r, control.Hello{
-		Version: a.o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: freePort(), NUMA: numaNodes(),
+		Version: a.o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: port, NUMA: numaNodes(),
 		MaxFiles: openFileLimit(),
 		ConnAddr: cmp.Or(a.o.ConnAddr, sshAddr(sshConn, 2)), ClientAddr: cmp.Or(a.o.ClientAddr, sshAddr(sshConn, 0)),
 	})

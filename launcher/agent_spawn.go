@@ -5,12 +5,16 @@
 package launcher
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"github.com/gorun/gorun/stacks"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,6 +52,7 @@ type launchPlan struct {
 	pmixEnv          map[int][]string // by rank, when the program needs PMIx
 	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
 	stacksDir        string           // where the ranks' Python hook writes its dumps; "" = no hook
+	rank0Port        int              // rank 0's MASTER_PORT behind the gate (mastergate.go); 0 = l.MasterPort
 }
 
 // newLaunchPlan computes the ranks' bindings for l.
@@ -65,6 +70,35 @@ func (p *launchPlan) binding(i int) *topology.RankBinding {
 	return nil
 }
 
+// rank0PortOf is rank's MASTER_PORT when it is rank 0 behind the gate,
+// else 0.
+func (p *launchPlan) rank0PortOf(rank int) int {
+	if rank == 0 {
+		return p.rank0Port
+	}
+	return 0
+}
+
+// aimGate gives rank 0, where it runs here, a port of its own behind the
+// gate that holds MASTER_PORT, and closes the gate of a host without rank
+// 0. A MASTER_PORT of the user's (-x) leaves the gate out.
+func (a *agent) aimGate(p *launchPlan) {
+	if a.gate == nil {
+		return
+	}
+	l := p.l
+	here := slices.ContainsFunc(l.Ranks, func(s control.RankSpec) bool { return s.Rank == 0 })
+	users := slices.ContainsFunc(l.Exports, func(kv string) bool { return strings.HasPrefix(kv, "MASTER_PORT=") })
+	if !here || users || l.MasterPort != a.gate.port {
+		a.gate.close()
+		a.gate = nil
+		return
+	}
+	if p.rank0Port = freePort(); p.rank0Port != 0 {
+		a.gate.aim(net.JoinHostPort(l.MasterAddr, strconv.Itoa(p.rank0Port)))
+	}
+}
+
 // rank is what rank i's environment is computed from (by index in l.Ranks).
 func (p *launchPlan) rank(i int) env.Rank {
 	l, s := p.l, p.l.Ranks[i]
@@ -76,7 +110,7 @@ func (p *launchPlan) rank(i int) env.Rank {
 		JobID: l.JobID, RunID: l.RunID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
-		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
+		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: cmp.Or(p.rank0PortOf(s.Rank), l.MasterPort),
 		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
 		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
 		StacksDir: p.stacksDir, StacksSignal: stacks.DumpSignal,
@@ -97,6 +131,7 @@ func (p *launchPlan) defaultThreads(i int) bool {
 // launch starts a generation of ranks, or answers a print-env request.
 func (a *agent) launch(l control.Launch) {
 	p := newLaunchPlan(l)
+	a.aimGate(p)
 	if l.PrintEnv > 0 {
 		a.printEnv(p)
 		return

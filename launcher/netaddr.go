@@ -8,9 +8,7 @@ package launcher
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/internal/procfs"
@@ -71,35 +69,6 @@ func routeAddr(peers []string, iface string) (string, error) {
 		return "", firstErr
 	}
 	return best, nil
-}
-
-// freePort picks a TCP port that is free now and lies outside the
-// kernel's ephemeral range, so that no outgoing connection takes it
-// before rank 0 listens on it. It never returns a fixed default.
-func freePort() int {
-	lo, hi := 32768, 60999
-	if l, h, ok := procfs.Proc.PortRange(); ok {
-		lo, hi = l, h
-	}
-	pick := func() int {
-		if lo > 11024 {
-			return 10000 + rand.IntN(lo-10000)
-		}
-		if hi < 64000 {
-			return hi + 1 + rand.IntN(65535-hi)
-		}
-		return 1024 + rand.IntN(64511)
-	}
-	for range 64 {
-		p := pick()
-		l, err := net.Listen("tcp", ":"+strconv.Itoa(p))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return p
-	}
-	return 0
 }
 
 // listenAddr is the address the head listens on for its agents: iface's
