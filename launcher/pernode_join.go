@@ -161,8 +161,10 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 // dial joins the endpoint, retrying until --rdzv-timeout while nothing
 // answers there (its node may start later than this one).
 func (n *nodeJoin) dial(ctx context.Context, addr string, hello joinHello) (*lineConn, error) {
-	deadline := time.Now().Add(n.p.Timeout)
+	start := time.Now()
+	deadline := start.Add(n.p.Timeout)
 	pause := 50 * time.Millisecond
+	said := false
 	for {
 		l, err := dialEndpoint(addr, n.p.Token, hello)
 		if err == nil {
@@ -173,6 +175,10 @@ func (n *nodeJoin) dial(ctx context.Context, addr string, hello joinHello) (*lin
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("per-node launch: the endpoint %s did not answer within --rdzv-timeout %v: %w", addr, n.p.Timeout, err)
+		}
+		if !said && time.Since(start) > joinWaitNote {
+			said = true
+			fmt.Fprintf(n.stderr, "gorun: the per-node launch's endpoint %s: %v; trying again until --rdzv-timeout (%v)\n", addr, err, n.p.Timeout)
 		}
 		select {
 		case <-ctx.Done():
