@@ -123,6 +123,10 @@ type Options struct {
 	Stdout  io.Writer // nil = os.Stdout
 	Stderr  io.Writer // nil = os.Stderr
 	Version string
+	// Trace prints where the job's time went when it ends (--trace):
+	// from Started (gorun's main; zero = Run's start) to the agents' end.
+	Trace   bool
+	Started time.Time
 }
 
 // ErrUsage is wrapped by errors that are the user's to fix before anything
@@ -435,6 +439,9 @@ func (h *head) run(ctx context.Context) (int, error) {
 	}
 	h.stopAgents()
 	h.mux.Close()
+	if h.o.Trace {
+		h.trace()
+	}
 	if res.reason == reasonAgentLost && h.o.Rejoin != nil && ctx.Err() == nil && h.o.Rejoin(int(h.gen.Load()), res.host, res.lost) {
 		return ExitLaunch, fmt.Errorf("%w: %s", ErrRejoin, res.lost)
 	}

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -84,6 +85,21 @@ type Phases struct {
 	// FirstFence is when the first rendezvous fence (PMI barrier)
 	// completed; 0 if there was none.
 	FirstFence time.Duration `json:"first_fence_ns,omitempty"`
+}
+
+// trace prints the job's phases (--trace), in milliseconds from gorun's
+// start: one line, for the job's launch to be taken apart.
+func (h *head) trace() {
+	t0 := cmp.Or(h.o.Started, h.start)
+	ms := func(d time.Duration) string {
+		if d <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", float64(h.start.Sub(t0)+d)/float64(time.Millisecond))
+	}
+	p := h.phases
+	h.notef("gorun: trace (ms from gorun's start): flags, config, plan %.1f; agents started %s; agents up %s; ranks started %s; first fence %s; all exited %s; agents gone %s\n",
+		float64(h.start.Sub(t0))/float64(time.Millisecond), ms(p.Connected), ms(p.AgentsUp), ms(p.RanksStarted), ms(p.FirstFence), ms(p.AllExited), ms(time.Since(h.start)))
 }
 
 // Summary is the record --summary-json writes.

@@ -408,7 +408,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		MergeOutput: flag("merge-output"), MergeWindow: dur("merge-window"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), RecordDir: get("record"), HangTimeout: dur("hang-timeout"), OnHang: get("on-hang"), JobsDir: get("jobs-dir"),
-		Stdout: stdout, Stderr: stderr, Version: version,
+		Stdout: stdout, Stderr: stderr, Version: version, Trace: flag("trace"), Started: mainStart,
 		Iface: get("iface"), Plugin: plugin, Fanout: fanout, BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,

@@ -6,11 +6,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/plugins/plugintest"
 )
+
+// mainStart is when gorun's main package was initialised: after the
+// runtime's and every dependency's initialisation (GODEBUG=inittrace=1
+// shows theirs), before main. --trace counts from it.
+var mainStart = time.Now()
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == launcher.BindExecCommand {
