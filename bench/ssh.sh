@@ -9,6 +9,10 @@
 #      wall time, the phases of --summary-json and the head's peak RSS
 #   4. where gorun's time goes: gorun with and without its staging check (--no-stage) on
 #      4x4, 16x1 and BIGx1, and one OpenSSH round trip with each key exchange
+#   5. a staged gorun against a shared one: the same binary at a path the hosts share
+#      (bench/.bin) and at a path only the head has (its /tmp), so that each host runs
+#      the copy that the warm-up runs staged in its ~/.cache/gorun/bin (the fixture's
+#      hosts share root's home): 4x4 and 16x1 of /bin/true, with phases
 #
 # Parts 1 and 2 also time plain `ssh -F CONFIG hN true` to every host of the case in
 # parallel (label "ssh"): the floor of any ssh-based launcher here. gorun (Go's x/crypto)
@@ -21,7 +25,7 @@
 #        TIMEOUT     per-run limit in seconds; a run over it is killed, counted as a hang
 #                    and left out of the statistics (default 20)
 #        BIG         hosts for part 3 (default 32); the fixture is stood up with BIG hosts
-#        PARTS       which parts to run (default "1 2 3 4")
+#        PARTS       which parts to run (default "1 2 3 4 5")
 #        PEER_KEX    key exchange of the peers' second run in parts 1 and 2 (default
 #                    curve25519-sha256, gorun's; "" leaves that run out)
 #        KEEP_HOSTS  1: leave the hosts up at the end (and reuse hosts already up in STATE)
@@ -40,7 +44,7 @@ RUNS=${RUNS:-10}
 WARMUP=${WARMUP:-2}
 TIMEOUT=${TIMEOUT:-20}
 BIG=${BIG:-32}
-PARTS=${PARTS:-"1 2 3 4"}
+PARTS=${PARTS:-"1 2 3 4 5"}
 PEER_KEX=${PEER_KEX-curve25519-sha256}
 STATE=${STATE:-$BENCH/.state/ssh}
 PY=$(command -v python3 || true)
@@ -161,6 +165,20 @@ if [ "${1:-}" = --in-head ]; then
       --json "$OUT/p4-stage.json" --tag "gorun staging check" --summary-dir "$OUT/summaries" \
       "${specs[@]}" >> "$OUT/summary.tsv" || true
   fi
+  if want 5; then
+    echo "staged against shared..." >&2
+    : "${STAGED:?}"
+    specs=()
+    for c in 4x4:16 16x1:16; do
+      hf=${c%%:*} np=${c##*:}
+      specs+=("$hf-shared=$GORUN_X --hostfile $OUT/hosts-$hf -np $np --summary-json @SUMMARY@ /bin/true")
+      specs+=("$hf-staged=$STAGED --ssh-config $CFG --hostfile $OUT/hosts-$hf -np $np --summary-json @SUMMARY@ /bin/true")
+    done
+    { echo "staged against shared (warm-ups stage the copy):"; printf '  %s\n' "${specs[@]}"; } >> "$OUT/commands.txt"
+    "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
+      --json "$OUT/p5-staged.json" --tag "gorun staged against shared" --summary-dir "$OUT/summaries" \
+      "${specs[@]}" >> "$OUT/summary.tsv" || true
+  fi
   exit 0
 fi
 
@@ -192,7 +210,9 @@ mkdir -p "$OUT" "$(dirname "$STATE")"
 
 # The fixture: BIG hosts h1..hBIG (parts 1 and 2 use the first 4 and 16).
 started=0
+STAGED_DIR=""
 cleanup() {
+  if [ -n "$STAGED_DIR" ]; then rm -rf "$STAGED_DIR"; fi
   if [ "$started" = 1 ] && [ "${KEEP_HOSTS:-0}" != 1 ]; then "$TH" --state "$STATE" down >&2 || true; fi
 }
 trap cleanup EXIT
@@ -248,7 +268,15 @@ fi
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
 
-export OUT RUNS WARMUP TIMEOUT BIG PARTS PEER_KEX PY GORUN OMPI HYDRA
+# Part 5's gorun at a path that only the head has: its /tmp (the hosts' /tmp is theirs).
+STAGED=""
+if want 5; then
+  STAGED_DIR=$(mktemp -d /tmp/gorun-bench-staged.XXXXXX)
+  cp "$GORUN" "$STAGED_DIR/gorun"
+  STAGED=$STAGED_DIR/gorun
+fi
+
+export OUT RUNS WARMUP TIMEOUT BIG PARTS PEER_KEX PY GORUN OMPI HYDRA STAGED
 export TESTHOSTS_SSH_CONFIG TESTHOSTS_SSH TESTHOSTS_SUBNET
 "$TH" --state "$STATE" head "$BENCH/ssh.sh" --in-head
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"
@@ -281,6 +309,12 @@ echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"
     echo "## Where gorun's time goes: the staging check (--no-stage skips it), and OpenSSH's key exchanges"
     echo
     "$PY" "$BENCH/table.py" --phases "$OUT/p4-stage.json"
+  fi
+  if [ -f "$OUT/p5-staged.json" ]; then
+    echo
+    echo "## A staged gorun (a copy in each host's cache, from the warm-ups) against a shared one"
+    echo
+    "$PY" "$BENCH/table.py" --phases "$OUT/p5-staged.json"
   fi
 } | tee "$OUT/table.md"
 echo

@@ -82,13 +82,31 @@ func (e *glibcRefusedError) Error() string {
 // host's glibc is too old for this gorun (a cgo build), as the staging
 // probe or the host's dynamic loader tells, it stages StaticBinary from
 // next to gorun's own executable instead, and says so.
+//
+// With staging on, the first command also runs, where the head's path
+// holds no gorun, a copy that an earlier run staged there and that is
+// still sound and this build's (sshclient.StartCommand): one session, as
+// on a shared path, instead of a probe and a second start. gorun's binary
+// is hashed for it while the connection is made.
 func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
+	var fast chan string
+	if s.Stage {
+		fast = make(chan string, 1)
+		go func() { fast <- s.fastCommand(host) }()
+	}
 	c, err := s.Dialer.Dial(ctx, host.Name, host.User, host.Port)
 	if err != nil {
 		return nil, err
 	}
 	mine := selfBuildID()
-	a, id, err := s.startOn(c, host, s.Exe, false)
+	cmd := ""
+	if fast != nil {
+		cmd = <-fast
+	}
+	if cmd == "" {
+		cmd = s.command(host, s.Exe, false)
+	}
+	a, id, err := s.startCmd(c, host, s.Exe, cmd)
 	if err == nil && id == mine {
 		return a, nil
 	}
@@ -120,16 +138,34 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 	return a, nil
 }
 
+// source returns the local binary to copy when staging.
+func (s *SSHStarter) source() string {
+	if s.Source != "" {
+		return s.Source
+	}
+	return s.Exe
+}
+
+// fastCommand returns sshclient.StartCommand's command that starts the
+// agent on host from s.Exe or else from a sound copy in its staging cache,
+// or "" where gorun's binaries cannot be read here (Stage then says why).
+func (s *SSHStarter) fastCommand(host hostfile.Host) string {
+	src := s.source()
+	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
+	cmd, err := sshclient.StartCommand(s.Exe, src, s.extra(), "agent", "--host", host.Name)
+	if err != nil {
+		return ""
+	}
+	return cmd
+}
+
 // stageAndStart copies gorun to the host of c (sshclient.Stage) and starts
 // its agent there, mine being gorun's build id and why the reason, for the
 // log. Where the host's glibc is too old for gorun, as Stage finds or as
 // the host's dynamic loader says (refused, at the head's path, or at the
 // copy), it goes on with startStatic.
 func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host hostfile.Host, mine, why string, refused *glibcRefusedError) (*sshAgent, error) {
-	src := s.Source
-	if src == "" {
-		src = s.Exe
-	}
+	src := s.source()
 	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
 	st, err := sshclient.Stage(ctx, c, src, s.Exe, s.extra()...)
 	var ge *sshclient.GlibcError
@@ -267,6 +303,23 @@ func programMayNeedPMIx(argv []string) bool {
 // or a directory above it up to $HOME: the error names the host, the path
 // and why when they could.
 func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string, staged bool) (*sshAgent, string, error) {
+	return s.startCmd(c, host, path, s.command(host, path, staged))
+}
+
+// command returns the command line that starts `path agent` for host: sh
+// whatever the login shell is; exec, so that the agent is the session's
+// process and sshd's EOF reaches it; 127 when not there. A staged path
+// runs through sshclient.StagedCommand.
+func (s *SSHStarter) command(host hostfile.Host, path string, staged bool) string {
+	if staged {
+		return sshclient.StagedCommand(path, "agent", "--host", host.Name)
+	}
+	return "exec /bin/sh -c " + shellQuote("if [ -x "+shellQuote(path)+" ]; then exec "+shellQuote(path)+" agent --host "+shellQuote(host.Name)+"; fi; exit 127")
+}
+
+// startCmd starts the agent with cmd (see command) in a new session on c
+// and reads its preamble, as startOn says; path names the gorun in errors.
+func (s *SSHStarter) startCmd(c *ssh.Client, host hostfile.Host, path, cmd string) (*sshAgent, string, error) {
 	sess, err := c.NewSession()
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: open a session: %w", host.Name, err)
@@ -284,12 +337,6 @@ func (s *SSHStarter) startOn(c *ssh.Client, host hostfile.Host, path string, sta
 	if err := errors.Join(err1, err2, err3); err != nil {
 		sess.Close()
 		return nil, "", fmt.Errorf("%s: %w", host.Name, err)
-	}
-	// sh whatever the login shell is; exec, so that the agent is the
-	// session's process and sshd's EOF reaches it; 127 when not there.
-	cmd := "exec /bin/sh -c " + shellQuote("if [ -x "+shellQuote(path)+" ]; then exec "+shellQuote(path)+" agent --host "+shellQuote(host.Name)+"; fi; exit 127")
-	if staged {
-		cmd = sshclient.StagedCommand(path, "agent", "--host", host.Name)
 	}
 	if err := sess.Start(cmd); err != nil {
 		sess.Close()

@@ -262,3 +262,24 @@ func TestGlibcErrorText(t *testing.T) {
 		}
 	}
 }
+
+// StartCommand's sh comparison of glibc versions agrees with OlderGlibc.
+func TestStartGlibcOlder(t *testing.T) {
+	t.Parallel()
+	// The o function alone, from startGlibc's second line.
+	lines := strings.Split(startGlibc, "\n")
+	fn := strings.ReplaceAll(lines[1], "%%", "%")
+	for _, tc := range [][2]string{
+		{"2.17", "2.34"}, {"2.34", "2.34"}, {"2.36", "2.34"}, {"2.9", "2.10"}, {"2.10", "2.9"},
+		{"3", "2.99"}, {"2.34", "2.34.1"}, {"2.34.1", "2.34"}, {"2", "2.0"}, {"2.x", "2.34"}, {"", "2.34"}, {"2..3", "2.34"},
+	} {
+		err := exec.Command("/bin/sh", "-c", fn+"\no \"$1\" \"$2\"", "sh", tc[0], tc[1]).Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatal(err)
+		}
+		if got, want := err == nil, OlderGlibc(tc[0], tc[1]); got != want {
+			t.Errorf("o %q %q: older %v, OlderGlibc says %v", tc[0], tc[1], got, want)
+		}
+	}
+}

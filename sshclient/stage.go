@@ -182,25 +182,156 @@ func StagedCommand(path string, args ...string) string {
 	return shCommand(b.String())
 }
 
+// StartCommand returns the command line (for an SSH session, whatever the
+// login shell) that runs wantPath with args on a host where wantPath is an
+// executable file, and else, in the same shell, with no round trip and
+// without hashing anything there, the copy of localExe that an earlier
+// Stage left in the host's staging cache: when the stamp that Stage wrote
+// next to it when it copied or hashed it vouches that it is still that
+// file (the same sha256 as localExe, and the same inode, size,
+// modification and change times), when each of the extra files is there
+// with such a stamp (and executable there when it is here), and when
+// nobody but the user and root can change any of them nor a directory
+// above them up to $HOME (checked as StagedCommand checks the copy, in the
+// same shell, before the exec). Otherwise it exits 127, saying nothing:
+// the caller then calls Stage, which copies what is missing, or says why
+// it will not. localExe and extra are hashed here (once per process and
+// file); an error names the file that cannot be read.
+//
+// So a job on hosts that got gorun from an earlier run costs one session
+// per host, as on hosts that share the head's gorun, instead of three
+// (wantPath, Stage's probe, StagedCommand) and a hash of every file on
+// every host.
+func StartCommand(wantPath, localExe string, extra []string, args ...string) (string, error) {
+	sum, err := localHash(localExe)
+	if err != nil {
+		return "", fmt.Errorf("hashing %s: %w", localExe, err)
+	}
+	short := sum[:16]
+	needGlibc, loader, err := GlibcNeeds(localExe)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "if [ -f %s ] && [ -x %s ]; then exec %s%s; fi\n", shQuote(wantPath), shQuote(wantPath), shQuote(wantPath), quoteArgs(args))
+	if needGlibc != "" && loader != "" {
+		// As Stage: a copy of a build that needs a newer glibc than the
+		// host's, or a dynamic loader that it lacks, is Stage's to judge.
+		fmt.Fprintf(&b, startGlibc, shQuote(loader), shQuote(needGlibc))
+	}
+	b.WriteString(checkFunc)
+	b.WriteString(stampFunc)
+	b.WriteString(`H=$(if [ -n "$HOME" ]; then cd -P -- "$HOME" 2>/dev/null && pwd -P; fi)` + "\n")
+	b.WriteString(`if [ -z "$H" ]; then exit 127; fi` + "\n")
+	fmt.Fprintf(&b, "D=\"${H%%/}/.cache/gorun/bin/%s\"\n", short)
+	b.WriteString(`if [ ! -f "$D/gorun" ] || [ ! -x "$D/gorun" ]; then exit 127; fi` + "\n")
+	names := []string{"gorun"}
+	var checks strings.Builder
+	for i, p := range extra {
+		name, err := stageName(p, extra[:i])
+		if err != nil {
+			return "", err
+		}
+		st, err := os.Stat(p)
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("%s is not a regular file", p)
+		}
+		if err != nil {
+			return "", err
+		}
+		esum, err := localHash(p)
+		if err != nil {
+			return "", fmt.Errorf("hashing %s: %w", p, err)
+		}
+		names = append(names, name)
+		fmt.Fprintf(&checks, "v \"$D/%s\" %s || exit 127\n", name, shQuote(esum))
+		if st.Mode().Perm()&0o111 != 0 {
+			fmt.Fprintf(&checks, "if [ ! -x \"$D/%s\" ]; then exit 127; fi\n", name)
+		}
+	}
+	fmt.Fprintf(&b, "if [ -n \"$(k %s)\" ]; then exit 127; fi\n", chainArgs("${H%/}", short, names...))
+	fmt.Fprintf(&b, "v \"$D/gorun\" %s || exit 127\n", shQuote(sum))
+	b.WriteString(checks.String())
+	fmt.Fprintf(&b, "exec \"$D/gorun\"%s", quoteArgs(args))
+	return shCommand(b.String()), nil
+}
+
+// startGlibc is StartCommand's check of the host's glibc for a binary
+// linked against it (GlibcNeeds: its loader %s and the version %s, quoted):
+// it exits 127 where the loader is missing or getconf tells a glibc older
+// than the binary needs (o HAVE NEED, for versions of up to four decimal
+// parts, as OlderGlibc; false where either is not a version).
+const startGlibc = `if [ ! -e %s ]; then exit 127; fi
+o() { oa=$1.0.0.0.0; ob=$2.0.0.0.0; for oi in 1 2 3 4; do ox=${oa%%%%.*}; oy=${ob%%%%.*}; oa=${oa#*.}; ob=${ob#*.}; case "$ox" in *[!0-9]*|"") return 1;; esac; case "$oy" in *[!0-9]*|"") return 1;; esac; if [ "$ox" -lt "$oy" ]; then return 0; fi; if [ "$ox" -gt "$oy" ]; then return 1; fi; done; return 1; }
+gv=$(getconf GNU_LIBC_VERSION 2>/dev/null) || gv=
+case "$gv" in "glibc "*) if o "${gv#glibc }" %s; then exit 127; fi;; esac
+`
+
+// quoteArgs returns args quoted for sh, each after a space.
+func quoteArgs(args []string) string {
+	var b strings.Builder
+	for _, a := range args {
+		b.WriteString(" " + shQuote(a))
+	}
+	return b.String()
+}
+
 // The probe prints "want HASH", "cache HASH", "home DIR" (the remote $HOME,
 // its physical path) and "uname OS ARCH", then "extra I HASH X" for each
 // extra file that is in the cache directory (probeExtra), X being "x" when
-// it is executable there and "-" if not, then checkFunc's lines for the
-// cache from $HOME down (probeCheck).
-const probeScript = `h() { s=$(sha256sum < "$1" 2>/dev/null || shasum -a 256 < "$1" 2>/dev/null) && echo "${s%%%% *}"; }
-p=%s
+// it is executable there and "-" if not; first of all, checkFunc's lines
+// for the cache from $HOME down (%s: chainArgs and the extra files' paths).
+// The cache's files are hashed only where their stamps do not vouch for
+// them (g, of stampFunc, whose sums are %s and the extra files' in
+// probeExtra): where the check is silent, T is the random token %s, and g
+// stamps a file that it hashed to the sum that Stage wants.
+const probeScript = `p=%s
 H=$(if [ -n "$HOME" ]; then cd -P -- "$HOME" 2>/dev/null && pwd -P; fi)
 c="${H%%/}/.cache/gorun/bin/%s/gorun"
+T=
+if [ -n "$H" ]; then r=$(k %s); if [ -n "$r" ]; then printf '%%s\n' "$r"; else T=%s; fi; fi
 if [ -f "$p" ] && [ -x "$p" ]; then echo "want $(h "$p")"; fi
-if [ -f "$c" ] && [ -x "$c" ]; then echo "cache $(h "$c")"; fi
+if [ -f "$c" ] && [ -x "$c" ]; then echo "cache $(g "$c" %s)"; fi
 echo "home $H"
 echo "uname $(uname -s) $(uname -m)"
 `
 
-// probeCheck is the probe's last part: checkFunc's lines for $HOME, each
-// directory of the cache down to the one for this gorun, gorun there and
-// the extra files (%s: chainArgs and the extra files' paths).
-const probeCheck = `if [ -n "$H" ]; then k %s; fi
+// hashFunc defines the sh function h, which prints the sha256 of the file
+// $1, or nothing where neither sha256sum nor shasum is there.
+const hashFunc = `h() { s=$(sha256sum < "$1" 2>/dev/null || shasum -a 256 < "$1" 2>/dev/null) && echo "${s%% *}"; }
+`
+
+// stampFunc defines the sh functions of the stamps that vouch for the
+// files of the staging cache, so that a file that Stage copied (or hashed)
+// once is not hashed again on every run. The stamp of DIR/NAME is
+// DIR/.NAME.stamp, one line: the file's sha256 and its identity (q: inode,
+// size, modification and change times, to the nanosecond, as stat prints
+// them in UTC; nothing where stat has no -c, as on BSD, and then no stamp
+// is written or trusted).
+//
+//   - q FILE prints FILE's identity.
+//   - v FILE SUM is true when FILE's stamp says SUM and FILE's identity now.
+//   - w FILE SUM ID TOKEN writes FILE's stamp (SUM and the identity ID,
+//     taken before FILE was hashed or right after it was verified and put in
+//     place) through a temporary file named with TOKEN, renamed into place,
+//     mode 0600.
+//   - g FILE SUM prints FILE's sha256: SUM where v vouches for it, else
+//     hashed (h); a file hashed to SUM whose identity did not change while
+//     it was hashed gets a new stamp, where T (the probe's token, set only
+//     when checkFunc found the cache sound) is set.
+//
+// A stamp needs no hashing to be trusted because no process can change a
+// file without the kernel setting its change time to the time of the
+// change: a write, truncate, chmod, chown, rename or utimes all do, and no
+// system call sets it back. Only root (by setting the clock, or writing the
+// disk under the file system) can make a changed file look unchanged, and
+// root can replace the file anyway; checkFunc, run on the same files
+// before each use, makes sure that nobody else but the user can change
+// them, nor the stamp's directory.
+const stampFunc = `q() { TZ=UTC0 stat -c '%i %s %y %z' -- "$1" 2>/dev/null; }
+v() { vf="${1%/*}/.${1##*/}.stamp"; [ -n "$2" ] && [ -f "$vf" ] && [ ! -L "$vf" ] && read -r vl < "$vf" && vi=$(q "$1") && [ -n "$vi" ] && [ "$vl" = "$2 $vi" ]; }
+w() { wf="${1%/*}/.${1##*/}.stamp"; (umask 077; printf '%s %s\n' "$2" "$3" > "$wf.$4" && mv -f "$wf.$4" "$wf") 2>/dev/null || rm -f "$wf.$4"; }
+g() { if v "$1" "$2"; then echo "$2"; return 0; fi; gi=$(q "$1"); gs=$(h "$1"); echo "$gs"; if [ -n "$T" ] && [ -n "$2" ] && [ -n "$gi" ] && [ "$gs" = "$2" ] && [ "$gi" = "$(q "$1")" ]; then w "$1" "$2" "$gi" "$T"; fi; }
 `
 
 // probeGlibc is the probe's part for a binary linked against glibc
@@ -212,8 +343,8 @@ if [ ! -e %s ]; then echo noloader; fi
 `
 
 // probeExtra is the probe's line for extra file I (its name is checked by
-// stageName, so it needs no quoting).
-const probeExtra = `e="${H%%/}/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(h "$e") $x"; fi
+// stageName, so it needs no quoting; its sha256 here is the last %s).
+const probeExtra = `e="${H%%/}/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-; if [ -x "$e" ]; then x=x; fi; echo "extra %d $(g "$e" %s) $x"; fi
 `
 
 // The copier makes the cache directory where it is missing (mode 0700, as
@@ -226,7 +357,9 @@ const probeExtra = `e="${H%%/}/.cache/gorun/bin/%s/%s"; if [ -f "$e" ]; then x=-
 // stagers on a shared file system never see a partial file. Its arguments:
 // the directory's name (the short hash), checkFunc's arguments
 // (chainArgs), NAME, a random token, the sha256, the size, the mode and
-// NAME again.
+// NAME again. Where it verified the copy's sha256, it then stamps the file
+// in place (stampFunc's w; NAME twice more, the sha256 and the token), so
+// that later probes and StartCommand need not hash it again.
 const copyScript = `set -e
 umask 077
 : "${HOME:?HOME is not set}"
@@ -246,6 +379,7 @@ if [ "$n" != %d ]; then echo "size mismatch after copy: $n bytes" >&2; exit 3; f
 chmod %s "$t"
 mv -f "$t" "$d/%s"
 trap - EXIT
+if [ -n "$s" ]; then i=$(q "$d/%s") || i=; if [ -n "$i" ]; then w "$d/%s" %s "$i" %s; fi; fi
 `
 
 // runSession runs cmd in a new session of c with stdin, returning stdout; it
@@ -346,10 +480,6 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	if err != nil {
 		return fail("%v", err)
 	}
-	probe := fmt.Sprintf(probeScript, shQuote(wantPath), short)
-	if needGlibc != "" && loader != "" {
-		probe += fmt.Sprintf(probeGlibc, shQuote(loader))
-	}
 	names := []string{"gorun"}
 	for i, p := range extra {
 		name, err := stageName(p, extra[:i])
@@ -358,9 +488,22 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 		}
 		extras[i] = stagedFile{local: p, name: name}
 		names = append(names, name)
-		probe += fmt.Sprintf(probeExtra, short, name, i)
 	}
-	probe += checkFunc + fmt.Sprintf(probeCheck, chainArgs("${H%/}", short, names...))
+	tok, err := token()
+	if err != nil {
+		return fail("%v", err)
+	}
+	probe := hashFunc + stampFunc + checkFunc +
+		fmt.Sprintf(probeScript, shQuote(wantPath), short, chainArgs("${H%/}", short, names...), tok, shQuote(sum))
+	if needGlibc != "" && loader != "" {
+		probe += fmt.Sprintf(probeGlibc, shQuote(loader))
+	}
+	for i, e := range extras {
+		// The stamp of a file that cannot be hashed here vouches for
+		// nothing: it is hashed there, and the error is found below.
+		want, _ := localHash(e.local)
+		probe += fmt.Sprintf(probeExtra, short, e.name, i, shQuote(want))
+	}
 	out, err := runSession(ctx, c, shCommand(probe), nil)
 	if err != nil {
 		return fail("checking %s: %v", wantPath, err)
@@ -538,15 +681,16 @@ func copyTo(ctx context.Context, c *ssh.Client, f stagedFile, short, remotePath 
 	if err != nil {
 		return fail(err)
 	}
-	var tok [8]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	tok, err := token()
+	if err != nil {
 		return fail(err)
 	}
 	mode := "644"
 	if f.exec {
 		mode = "755"
 	}
-	script := checkFunc + fmt.Sprintf(copyScript, short, chainArgs("${H%/}", short), f.name, hex.EncodeToString(tok[:]), shQuote(f.sum), st.Size(), mode, f.name)
+	script := checkFunc + stampFunc + fmt.Sprintf(copyScript, short, chainArgs("${H%/}", short), f.name, tok, shQuote(f.sum), st.Size(), mode, f.name,
+		f.name, f.name, shQuote(f.sum), tok)
 	if _, err := runSession(ctx, c, shCommand(script), r); err != nil {
 		// The script's refusal is its standard error, in err's text.
 		if i := strings.Index(err.Error(), unsafePrefix); i >= 0 {
@@ -558,4 +702,14 @@ func copyTo(ctx context.Context, c *ssh.Client, f stagedFile, short, remotePath 
 		return fail(err)
 	}
 	return nil
+}
+
+// token returns a random token for the names of temporary files, which
+// hosts that share a home must not share: 16 hex digits.
+func token() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
 }

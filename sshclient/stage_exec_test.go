@@ -37,6 +37,32 @@ func execStaged(t *testing.T, c *ssh.Client, path string, args ...string) (stdou
 	return out.String(), errb.String(), code
 }
 
+// execStart runs StartCommand(wantPath, localExe, extra, args...) over c, as
+// the launcher's first command, and returns its output and exit status.
+func execStart(t *testing.T, c *ssh.Client, wantPath, localExe string, extra []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd, err := StartCommand(wantPath, localExe, extra, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out, errb strings.Builder
+	s.Stdout, s.Stderr = &out, &errb
+	err = s.Run(cmd)
+	var ee *ssh.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitStatus()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
 // Security review row 4b: the staged gorun replaced between staging and
 // exec. The victim stages a sound copy; then another user replaces it,
 // through a cache directory that became writable by others, or leaves a
@@ -62,6 +88,14 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 	if code != 0 || out != "genuine agent --host node1\n" {
 		t.Fatalf("the genuine copy: exit %d, %q %q", code, out, errOut)
 	}
+	out, errOut, code = execStart(t, c, "/nonexistent/gorun", exe, nil, "agent", "--host", "node1")
+	if code != 0 || out != "genuine agent --host node1\n" {
+		t.Fatalf("the genuine copy, by StartCommand: exit %d, %q %q", code, out, errOut)
+	}
+	sum, err := localHash(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	evil := attackerDir(t, attacker)
 	marker := filepath.Join(evil, "ran")
@@ -78,7 +112,7 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 	asAttacker := func(script string) {
 		t.Helper()
 		cmd := attacker.Command("/bin/sh", "-c", script, "sh", dir, path, evil, rel)
-		cmd.Env = append(cmd.Env, "FAKE="+fake)
+		cmd.Env = append(cmd.Env, "FAKE="+fake, "SUM="+sum)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("attacker: %v: %s", err, out)
 		}
@@ -102,6 +136,12 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 			asAttacker(`printf '%s' "$FAKE" > "$1/.x" && chmod 755 "$1/.x" && mv -f "$1/.x" "$2"`)
 			os.Chmod(dir, 0o700)
 		}, path, "owned by another user"},
+		{"the cache directory became writable by others, and the attacker replaced gorun and wrote a stamp that vouches for it", func() {
+			open()
+			os.Chmod(dir, 0o777)
+			asAttacker(`printf '%s' "$FAKE" > "$1/.x" && chmod 755 "$1/.x" && mv -f "$1/.x" "$2" &&
+				printf '%s %s\n' "$SUM" "$(TZ=UTC0 stat -c '%i %s %y %z' -- "$2")" > "$1/.y" && mv -f "$1/.y" "$1/.gorun.stamp"`)
+		}, dir, "writable by others"},
 		{"~/.cache/gorun swapped for a link to the attacker's tree", func() {
 			asAttacker(`mkdir -p "$3/$(dirname "$4")" && printf '%s' "$FAKE" > "$3/$4" && chmod 755 "$3/$4"`)
 			os.Rename(filepath.Join(cache, "gorun"), filepath.Join(cache, "gorun.victim"))
@@ -128,6 +168,17 @@ func TestStagedExecRefusesReplacedCopy(t *testing.T) {
 		u, ok := ParseUnsafe(first)
 		if code != 126 || out != "" || !ok || u.Path != tc.path || !strings.Contains(u.Reason, tc.reason) {
 			t.Errorf("%s: exit %d, %q %q; want 126 and a refusal of %s (%s)", tc.name, code, out, errOut, tc.path, tc.reason)
+		}
+		// The launcher's first command runs nothing of the cache's
+		// either: 127, silent, and Stage then says why.
+		out, errOut, code = execStart(t, c, "/nonexistent/gorun", exe, nil, "agent", "--host", "node1")
+		if _, err := os.Stat(marker); err == nil {
+			b, _ := os.ReadFile(marker)
+			t.Errorf("%s: StartCommand ran the attacker's program as %s", tc.name, strings.TrimSpace(string(b)))
+			os.Remove(marker)
+		}
+		if code != 127 || out != "" || errOut != "" {
+			t.Errorf("%s: StartCommand: exit %d, %q %q; want 127 and nothing said", tc.name, code, out, errOut)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // stageClient returns a fresh server made with opts and a client of it.
@@ -296,5 +299,193 @@ func TestShCommandQuoting(t *testing.T) {
 	got := shCommand("echo 'a b'\n  echo c\n")
 	if want := `exec /bin/sh -c 'echo '\''a b'\''; echo c'`; got != want {
 		t.Errorf("got %s, want %s", got, want)
+	}
+}
+
+// hashLog returns a directory with sha256sum and shasum that log each call
+// in the file returned, then hash as the real ones do (or fail, where the
+// system has neither), for withPathFirst.
+func hashLog(t *testing.T) (dir, log string) {
+	t.Helper()
+	dir = t.TempDir()
+	log = filepath.Join(dir, "calls")
+	for _, tool := range []string{"sha256sum", "shasum"} {
+		real, err := exec.LookPath(tool)
+		if err != nil {
+			real = "false"
+		}
+		script := "#!/bin/sh\necho " + tool + " >> " + shQuote(log) + "\nexec " + shQuote(real) + " \"$@\"\n"
+		if err := os.WriteFile(filepath.Join(dir, tool), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, log
+}
+
+// hashes returns how many times the tools of hashLog ran.
+func hashes(t *testing.T, log string) int {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "\n")
+}
+
+// A copy that Stage verified gets a stamp, and is then trusted by its stamp
+// without being hashed again, by Stage and by StartCommand; a copy changed
+// in place (even with its modification time set back), replaced by
+// another file of the same size, or whose stamp is gone, is hashed again,
+// and copied again where it differs.
+func TestStageStamp(t *testing.T) {
+	t.Parallel()
+	testenv.NeedTool(t, "sha256sum", "coreutils")
+	testenv.NeedTool(t, "stat", "coreutils")
+	tools, log := hashLog(t)
+	s, c := stageClient(t, withPathFirst(tools))
+	// A program, padded to a size worth hashing.
+	content := []byte("#!/bin/sh\necho \"genuine $*\"\nexit 0\n#" + strings.Repeat("x", 256<<10) + "\n")
+	exe := filepath.Join(t.TempDir(), "gorun")
+	if err := os.WriteFile(exe, content, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := cacheFor(s.home, content)
+	stamp := filepath.Join(filepath.Dir(want), ".gorun.stamp")
+	sum := sha256.Sum256(content)
+
+	// step runs Stage and StartCommand, and checks what each did: whether
+	// Stage copied, and how many files were hashed there.
+	step := func(name string, copied bool, hashed int) {
+		t.Helper()
+		n := hashes(t, log)
+		st, err := Stage(ctx, c, exe, "/nonexistent/bin/gorun")
+		if err != nil || st != (Staged{Path: want, Cached: true, Copied: copied}) {
+			t.Fatalf("%s: Stage = %+v, %v; want %q, cached, copied %v", name, st, err, want, copied)
+		}
+		if got := hashes(t, log) - n; got != hashed {
+			t.Errorf("%s: Stage hashed %d times, want %d", name, got, hashed)
+		}
+		if got, err := os.ReadFile(want); err != nil || !bytes.Equal(got, content) {
+			t.Fatalf("%s: the staged file differs (%v)", name, err)
+		}
+		b, err := os.ReadFile(stamp)
+		if err != nil || !strings.HasPrefix(string(b), hex.EncodeToString(sum[:])+" ") {
+			t.Fatalf("%s: stamp %q (%v), want one that starts with the sha256", name, b, err)
+		}
+		if fi, err := os.Stat(stamp); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: stamp mode %v (%v), want 0600", name, fi.Mode().Perm(), err)
+		}
+		n = hashes(t, log)
+		out, errOut, code := execStart(t, c, "/nonexistent/bin/gorun", exe, nil, "agent", "a b")
+		if code != 0 || out != "genuine agent a b\n" {
+			t.Errorf("%s: StartCommand: exit %d, %q %q; want the staged copy run", name, code, out, errOut)
+		}
+		if got := hashes(t, log) - n; got != 0 {
+			t.Errorf("%s: StartCommand hashed %d times, want none", name, got)
+		}
+	}
+	// bad checks that StartCommand runs nothing now (exit 127, silent).
+	bad := func(name string) {
+		t.Helper()
+		if out, errOut, code := execStart(t, c, "/nonexistent/bin/gorun", exe, nil, "agent"); code != 127 || out != "" || errOut != "" {
+			t.Errorf("%s: StartCommand: exit %d, %q %q; want 127 and nothing said", name, code, out, errOut)
+		}
+	}
+
+	step("first copy", true, 1) // the copier verifies what it received
+	step("from the cache", false, 0)
+
+	// Changed in place, same size, and its mtime set back: the change
+	// time tells. (A moment first: file times tick at a few ms at worst.)
+	fi, _ := os.Stat(want)
+	time.Sleep(20 * time.Millisecond)
+	f, err := os.OpenFile(want, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("Y"), int64(len(content)-2))
+	f.Close()
+	os.Chtimes(want, fi.ModTime(), fi.ModTime())
+	bad("changed in place")
+	step("changed in place", true, 2) // the probe's hash, the copier's
+
+	// Replaced by another file of the same size.
+	time.Sleep(20 * time.Millisecond)
+	other := bytes.Clone(content)
+	other[len(other)-2] = 'Z'
+	os.WriteFile(want+".new", other, 0o755)
+	os.Rename(want+".new", want)
+	bad("replaced")
+	step("replaced", true, 2)
+
+	// The stamp is gone, or says another sum: the copy is hashed, found
+	// right, stamped again and not copied; then trusted again.
+	os.Remove(stamp)
+	bad("no stamp")
+	step("no stamp", false, 1)
+	step("stamped again", false, 0)
+	b, _ := os.ReadFile(stamp)
+	os.WriteFile(stamp, append([]byte(strings.Repeat("0", 64)), b[64:]...), 0o600)
+	bad("another sum")
+	step("another sum", false, 1)
+	step("stamped again after another sum", false, 0)
+}
+
+// StartCommand runs the program at wantPath where it is there, whatever
+// the cache holds, and looks for extra files next to the staged copy:
+// missing, without a stamp, or no longer executable, nothing runs.
+func TestStartCommand(t *testing.T) {
+	t.Parallel()
+	testenv.NeedTool(t, "stat", "coreutils")
+	s, c := stageClient(t)
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "gorun")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\necho \"staged $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugin, _ := extraFile(t, exe, "gorun-pmix", 1<<10)
+	shared := filepath.Join(s.home, "shared dir", "gorun")
+	os.MkdirAll(filepath.Dir(shared), 0o755)
+	if err := os.WriteFile(shared, []byte("#!/bin/sh\necho \"shared $*\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, _, code := execStart(t, c, shared, exe, []string{plugin}, "agent", "x'y"); code != 0 || out != "shared agent x'y\n" {
+		t.Errorf("shared path: exit %d, %q", code, out)
+	}
+	if _, _, code := execStart(t, c, "/nonexistent", exe, nil, "agent"); code != 127 {
+		t.Errorf("nothing staged: exit %d, want 127", code)
+	}
+	st, err := Stage(ctx, c, exe, "/nonexistent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := execStart(t, c, "/nonexistent", exe, nil, "agent"); code != 0 || out != "staged agent\n" {
+		t.Errorf("staged: exit %d, %q", code, out)
+	}
+	if _, _, code := execStart(t, c, "/nonexistent", exe, []string{plugin}, "agent"); code != 127 {
+		t.Errorf("gorun-pmix not staged: exit %d, want 127", code)
+	}
+	if _, err := Stage(ctx, c, exe, "/nonexistent", plugin); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, code := execStart(t, c, "/nonexistent", exe, []string{plugin}, "agent"); code != 0 || out != "staged agent\n" {
+		t.Errorf("staged with gorun-pmix: exit %d, %q", code, out)
+	}
+	there := filepath.Join(filepath.Dir(st.Path), "gorun-pmix")
+	os.Chmod(there, 0o644)
+	if _, _, code := execStart(t, c, "/nonexistent", exe, []string{plugin}, "agent"); code != 127 {
+		t.Errorf("gorun-pmix not executable there: exit %d, want 127", code)
+	}
+	os.Chmod(there, 0o755)
+	os.Remove(filepath.Join(filepath.Dir(st.Path), ".gorun-pmix.stamp"))
+	if _, _, code := execStart(t, c, "/nonexistent", exe, []string{plugin}, "agent"); code != 127 {
+		t.Errorf("gorun-pmix without its stamp: exit %d, want 127", code)
+	}
+	if _, err := StartCommand("/x", filepath.Join(dir, "missing"), nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "missing")) {
+		t.Errorf("a missing gorun: %v, want an error naming it", err)
 	}
 }
