@@ -153,6 +153,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		parent: os.Getppid(),
 	}
 	defer a.quitOnce.Do(func() { close(a.quit) })
+	defer func() { a.gate.close() }() // the master gate, once hello opened it
 	r := control.NewReader(o.In)
 	headHello, err := a.hello(r)
 	if err != nil {

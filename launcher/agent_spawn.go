@@ -90,8 +90,7 @@ func (a *agent) aimGate(p *launchPlan) {
 	here := slices.ContainsFunc(l.Ranks, func(s control.RankSpec) bool { return s.Rank == 0 })
 	users := slices.ContainsFunc(l.Exports, func(kv string) bool { return strings.HasPrefix(kv, "MASTER_PORT=") })
 	if !here || users || l.MasterPort != a.gate.port {
-		a.gate.close()
-		a.gate = nil
+		a.gate.close() // the field stays: RunAgent's end closes it again
 		return
 	}
 	if p.rank0Port = freePort(); p.rank0Port != 0 {

@@ -30,14 +30,22 @@ import (
 // listens is a failed job long before.
 const gateWait = 10 * time.Minute
 
+// gateWaiting bounds the connections waiting at the gate at once: a job's
+// ranks are far fewer, and more only hold the agent's descriptors (one
+// beyond it is closed at once, as a refused one would have been).
+const gateWaiting = 4096
+
 // masterGate holds MASTER_PORT and passes connections on to rank 0.
 type masterGate struct {
 	ln   net.Listener
 	port int
 
-	mu     sync.Mutex
-	target string        // rank 0's host:port in the current generation; "" = none yet
-	moved  chan struct{} // closed when target changes
+	mu      sync.Mutex
+	target  string        // rank 0's host:port in the current generation; "" = none yet
+	moved   chan struct{} // closed when target changes
+	waiting int           // connections waiting for rank 0
+	done    chan struct{} // closed by close
+	once    sync.Once
 }
 
 // openMasterGate listens on a free port outside the ephemeral range (see
@@ -47,15 +55,19 @@ func openMasterGate() *masterGate {
 	if ln == nil {
 		return nil
 	}
-	g := &masterGate{ln: ln, port: port, moved: make(chan struct{})}
+	g := &masterGate{ln: ln, port: port, moved: make(chan struct{}), done: make(chan struct{})}
 	go g.serve()
 	return g
 }
 
-// close stops taking connections; those passed on go on.
+// close stops taking connections and ends those waiting; those passed
+// on to rank 0 go on. It may be called again, and on nil.
 func (g *masterGate) close() {
 	if g != nil {
-		g.ln.Close()
+		g.once.Do(func() {
+			g.ln.Close()
+			close(g.done)
+		})
 	}
 }
 
@@ -84,6 +96,16 @@ func (g *masterGate) serve() {
 			}
 			return
 		}
+		g.mu.Lock()
+		full := g.waiting >= gateWaiting
+		if !full {
+			g.waiting++
+		}
+		g.mu.Unlock()
+		if full {
+			c.Close()
+			continue
+		}
 		go g.pass(c)
 	}
 }
@@ -92,6 +114,14 @@ func (g *masterGate) serve() {
 // listens, and copies both ways until both sides are done.
 func (g *masterGate) pass(c net.Conn) {
 	defer c.Close()
+	waiting := true
+	defer func() {
+		if waiting {
+			g.mu.Lock()
+			g.waiting--
+			g.mu.Unlock()
+		}
+	}()
 	deadline := time.Now().Add(gateWait)
 	pause := 2 * time.Millisecond
 	for time.Now().Before(deadline) {
@@ -99,11 +129,17 @@ func (g *masterGate) pass(c net.Conn) {
 		if target != "" {
 			t, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err == nil {
+				g.mu.Lock()
+				g.waiting--
+				g.mu.Unlock()
+				waiting = false
 				splice(c, t)
 				return
 			}
 		}
 		select {
+		case <-g.done:
+			return
 		case <-moved:
 		case <-time.After(pause):
 		}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -283,7 +285,9 @@ func socketsOf(pid int) []string {
 // Attack 3f of the security review, the reach of the PMI servers: PMI-1
 // is served only on each rank's own socketpair (PMI_FD, an unnamed
 // connected socket; no PMI_PORT; the agent listens on nothing but its KV
-// socket), and PMIx keeps its files in a directory of the job's user
+// socket and the master gate, which holds the other ranks' MASTER_PORT,
+// a port rank 0's own store would listen on, and passes connections only
+// to rank 0's), and PMIx keeps its files in a directory of the job's user
 // alone (0700), which another user cannot list.
 func TestPMIReach(t *testing.T) {
 	t.Parallel()
@@ -291,15 +295,15 @@ func TestPMIReach(t *testing.T) {
 	plugin := launcher.PMIxPluginEnv + "=" + pmixPlugin(t, t.TempDir())
 	dir := t.TempDir()
 	script := `f="$0/rank$GORUN_RANK"
-{ echo "${PMI_FD-unset}"; echo "${PMI_PORT-unset}"; readlink "/proc/self/fd/$PMI_FD"; echo "$GORUN_AGENT_SOCKET"; echo "${PMIX_SERVER_TMPDIR-unset}"; } > "$f.tmp" && mv "$f.tmp" "$f"
+{ echo "${PMI_FD-unset}"; echo "${PMI_PORT-unset}"; readlink "/proc/self/fd/$PMI_FD"; echo "$GORUN_AGENT_SOCKET"; echo "${PMIX_SERVER_TMPDIR-unset}"; echo "$MASTER_PORT"; } > "$f.tmp" && mv "$f.tmp" "$f"
 while [ ! -e "$0/go" ]; do sleep 0.05; done`
 	cmd := gorunCommand(context.Background(), "-np", "2", "--pmix", "on", "sh", "-c", script, dir)
 	cmd.Env = append(cmd.Env, plugin)
 	j := startJob(t, cmd)
-	var ranks [2][]string // PMI_FD, PMI_PORT, the socket, the KV socket, PMIx's directory
+	var ranks [2][]string // PMI_FD, PMI_PORT, the socket, the KV socket, PMIx's directory, MASTER_PORT
 	for r := range ranks {
 		b := j.waitFile(filepath.Join(dir, "rank"+strconv.Itoa(r)))
-		if ranks[r] = strings.Split(strings.TrimSpace(string(b)), "\n"); len(ranks[r]) != 5 {
+		if ranks[r] = strings.Split(strings.TrimSpace(string(b)), "\n"); len(ranks[r]) != 6 {
 			t.Fatalf("rank %d said %q", r, b)
 		}
 	}
@@ -319,8 +323,14 @@ while [ ! -e "$0/go" ]; do sleep 0.05; done`
 			agentListens = append(agentListens, l)
 		}
 	}
-	if want := "unix " + ranks[0][3]; len(agentListens) != 1 || agentListens[0] != want {
-		t.Errorf("the agent listens on %q; want only its KV socket, %q", agentListens, want)
+	gate, _ := strconv.Atoi(ranks[1][5])
+	for i, l := range agentListens {
+		// Every interface, IPv6 (dual stack) or IPv4 where IPv6 is off.
+		agentListens[i] = strings.Replace(l, "tcp 00000000000000000000000000000000:", "tcp 00000000:", 1)
+	}
+	slices.Sort(agentListens)
+	if want := []string{fmt.Sprintf("tcp 00000000:%04X", gate), "unix " + ranks[0][3]}; !slices.Equal(agentListens, want) {
+		t.Errorf("the agent listens on %q; want only the master gate (rank 1's MASTER_PORT) and its KV socket, %q", agentListens, want)
 	}
 	for r, rk := range ranks {
 		in := strings.TrimSuffix(strings.TrimPrefix(rk[2], "socket:["), "]")
