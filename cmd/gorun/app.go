@@ -281,6 +281,11 @@ func perNodeOptions(s settingsOf) (p *launcher.PerNode, nPerNode int, err error)
 		}
 		return nil, nPerNode, nil
 	}
+	for _, n := range []string{"host", "hostfile", "include", "exclude", "np", "npernode"} {
+		if s.str(n) != "" && s.str(n) != "0" {
+			return nil, 0, fmt.Errorf("--%s and --rdzv-endpoint: a per-node launch's hosts are the nodes that join the endpoint, each with --nproc-per-node ranks; give one or the other", n)
+		}
+	}
 	p = &launcher.PerNode{Endpoint: s.str("rdzv-endpoint"), ID: s.str("rdzv-id"), NProc: s.num("nproc-per-node"),
 		LastCall: s.dur("rdzv-last-call"), Timeout: s.dur("rdzv-timeout")}
 	if p.MinNodes, p.MaxNodes, err = launcher.ParseNNodes(cmp.Or(s.str("nnodes"), "1")); err != nil {

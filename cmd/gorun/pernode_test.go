@@ -175,6 +175,11 @@ func TestPerNodeWrongToken(t *testing.T) {
 		!strings.Contains(a.stderr.String(), "only 1 of the 2 nodes joined") {
 		t.Errorf("endpoint: exit %d\n%s", code, a.stderr.String())
 	}
+	// Hosts of a host list beside the endpoint: a usage error.
+	r = runGorunIn(t, "", []string{"GORUN_RDZV_TOKEN=" + perNodeToken}, 30*time.Second, nil, "-H", "a,b", "--nnodes", "2", "--rdzv-endpoint", endpoint, "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "--host and --rdzv-endpoint") {
+		t.Errorf("-H with an endpoint: exit %d\n%s", r.code, r.stderr)
+	}
 	// No token at all: a usage error before anything listens.
 	r = runGorun(t, 30*time.Second, nil, "--nnodes", "2", "--rdzv-endpoint", endpoint, "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "needs the token its nodes share") {
