@@ -364,6 +364,13 @@ func DefaultThreads(base []string, r Rank, exports []string) bool {
 	return true
 }
 
+// UserMasterPort reports whether exports (-x) set MASTER_PORT, which then
+// wins over gorun's for every rank.
+func UserMasterPort(exports []string) bool {
+	_, ok := Lookup(exports, "MASTER_PORT")
+	return ok
+}
+
 // Build returns the environment of rank r: base (the agent's own
 // environment), overridden by gorun's variables ([Vars]) and the binding's
 // hints (r.Binding), overridden in turn by the resolved -x exports, which

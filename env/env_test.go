@@ -222,3 +222,19 @@ func TestStacksHook(t *testing.T) {
 		})
 	}
 }
+
+func TestUserMasterPort(t *testing.T) {
+	for _, tt := range []struct {
+		exports []string
+		want    bool
+	}{
+		{nil, false},
+		{[]string{"MASTER_ADDR=127.0.0.1", "MASTER_PORTS=1"}, false},
+		{[]string{"A=1", "MASTER_PORT=29500"}, true},
+		{[]string{"MASTER_PORT="}, true},
+	} {
+		if got := UserMasterPort(tt.exports); got != tt.want {
+			t.Errorf("UserMasterPort(%q) = %v, want %v", tt.exports, got, tt.want)
+		}
+	}
+}

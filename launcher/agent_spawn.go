@@ -88,7 +88,7 @@ func (a *agent) aimGate(p *launchPlan) {
 	}
 	l := p.l
 	here := slices.ContainsFunc(l.Ranks, func(s control.RankSpec) bool { return s.Rank == 0 })
-	users := slices.ContainsFunc(l.Exports, func(kv string) bool { return strings.HasPrefix(kv, "MASTER_PORT=") })
+	users := env.UserMasterPort(l.Exports)
 	if !here || users || l.MasterPort != a.gate.port {
 		a.gate.close() // the field stays: RunAgent's end closes it again
 		return

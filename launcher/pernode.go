@@ -491,9 +491,7 @@ func (s *nodeServer) runRound(ctx context.Context, o Options, members []*member,
 		hosts[i] = hostfile.Host{Name: m.name, Slots: m.hello.NProc}
 		st.members[m.name] = m
 		start := &nodeStart{Name: m.name, Port: door.ln.Addr().(*net.TCPAddr).Port, Env: door.env(), Leave: s.p.Elastic(), Rank: i, Nodes: len(members)}
-		if err := m.l.send(nodeMsg{Start: start}); err != nil {
-			m.err = err
-		}
+		m.l.send(nodeMsg{Start: start}) // a failure ends m's connection: listen says why
 	}
 	ro := o
 	ro.PerNode, ro.Starter, ro.Hosts, ro.ImplicitHosts = nil, st, hosts, false

@@ -98,7 +98,7 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 			case m.End != nil:
 				waitAgent(15 * time.Second)
 				if got != nil {
-					return exitSignalStart + int(got.(syscall.Signal)), nil
+					return signalCode(got), nil
 				}
 				if m.Error != "" && n.self == "" {
 					fmt.Fprintf(n.stderr, "gorun: %s\n", m.Error)
@@ -122,7 +122,7 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 			case m.Restart:
 				waitAgent(30 * time.Second)
 				if got != nil {
-					return exitSignalStart + int(got.(syscall.Signal)), nil
+					return signalCode(got), nil
 				}
 				l.send(joinMsg{Ready: true})
 			}
@@ -132,7 +132,7 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 				waitAgent(15 * time.Second)
 			}
 			if got != nil {
-				return exitSignalStart + int(got.(syscall.Signal)), nil
+				return signalCode(got), nil
 			}
 			if errors.Is(err, io.EOF) {
 				err = errors.New("it closed the connection")
@@ -143,7 +143,7 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 		case s := <-sigs:
 			got = s
 			if agent == nil {
-				return exitSignalStart + int(s.(syscall.Signal)), nil
+				return signalCode(s), nil
 			}
 			// The agent stops this node's ranks: in an elastic job it
 			// leaves, and the others go on; else the job ends.
@@ -188,6 +188,9 @@ func (n *nodeJoin) dial(ctx context.Context, addr string, hello joinHello) (*lin
 		pause = min(2*pause, time.Second)
 	}
 }
+
+// signalCode is the status of a node that got s: 128+N.
+func signalCode(s os.Signal) int { return exitSignalStart + int(s.(syscall.Signal)) }
 
 // startAgent starts this node's agent for a round: `gorun agent
 // --connect`, which comes in to the head through its door.

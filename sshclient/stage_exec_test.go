@@ -19,6 +19,13 @@ import (
 // does, and returns its output and exit status.
 func execStaged(t *testing.T, c *ssh.Client, path string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runRemote(t, c, StagedCommand(path, args...))
+}
+
+// runRemote runs cmd in a new session on c and returns its output and
+// exit status.
+func runRemote(t *testing.T, c *ssh.Client, cmd string) (stdout, stderr string, code int) {
+	t.Helper()
 	s, err := c.NewSession()
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +33,7 @@ func execStaged(t *testing.T, c *ssh.Client, path string, args ...string) (stdou
 	defer s.Close()
 	var out, errb strings.Builder
 	s.Stdout, s.Stderr = &out, &errb
-	err = s.Run(StagedCommand(path, args...))
+	err = s.Run(cmd)
 	var ee *ssh.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -45,22 +52,7 @@ func execStart(t *testing.T, c *ssh.Client, wantPath, localExe string, extra []s
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var out, errb strings.Builder
-	s.Stdout, s.Stderr = &out, &errb
-	err = s.Run(cmd)
-	var ee *ssh.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitStatus()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), code
+	return runRemote(t, c, cmd)
 }
 
 // Security review row 4b: the staged gorun replaced between staging and

@@ -124,7 +124,9 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
 					}
 					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
-						In: in, Out: out, Log: stderr, Host: host, Version: version, Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
+						In: in, Out: out, Log: stderr, Host: host, Version: version,
+						// srun's agents name no host; a per-node launch's do, and are no step's tasks.
+						Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
 						ConnAddr: connAddr, ClientAddr: clientAddr,
 					})
 					if err != nil && !errors.Is(err, io.EOF) {
