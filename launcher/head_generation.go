@@ -353,6 +353,13 @@ func (g *genState) onExited(e rankExited) {
 		first := *r
 		if g.end(result{reason: reasonFailed, first: &first}) {
 			g.stopOnce()
+		} else if f := g.res.first; g.res.reason == reasonFailed && f != nil && f.Host == r.Host && r.End.Before(f.End) {
+			// Its agent reaped it before the rank taken as the first
+			// failure, whose report overtook its own (each is sent once
+			// the rank's output is drained): a rank that crashed and a
+			// rank whose PMI fence failed on that crash, say. One host's
+			// clock orders them.
+			g.res.first = &first
 		}
 	}
 }

@@ -259,6 +259,15 @@ func TestGenerationHandlers(t *testing.T) {
 			sent:    [2][]string{stopped, stopped}, pending: 2, stopping: true,
 		},
 		{
+			name: "a failure reaped earlier on the same host, reported later, is the first",
+			events: []event{
+				rankExited{fromAgent{0}, control.Exited{Rank: 0, PID: 100, Code: 15, End: time.Unix(100, 2e6)}},
+				rankExited{fromAgent{0}, control.Exited{Rank: 1, PID: 101, Code: -1, Signal: int(syscall.SIGSEGV), End: time.Unix(100, 1e6)}},
+				rankExited{fromAgent{1}, control.Exited{Rank: 2, PID: 102, Code: 9, End: time.Unix(100, 0)}}},
+			reason: reasonFailed, code: 128 + 11, first: 1, message: "rank 1 on h0 (pid 101) was killed by SIGSEGV (signal 11)",
+			sent: [2][]string{stopped, stopped}, pending: 2, stopping: true,
+		},
+		{
 			name:   "an abort after a failure keeps the first",
 			events: []event{evExited(1, 2, 3), evAborted(0, control.Abort{Rank: 1, Code: 7})},
 			reason: reasonFailed, code: 3, first: 2, message: "rank 2 on h1 (pid 102) exited with code 3",
