@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"github.com/gorun/gorun/rendezvous"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -65,10 +66,11 @@ type genState struct {
 	ctx context.Context // Run's, which the fences' answers honour too
 
 	res        result
-	pending    int  // agents launched that have neither said Done nor been lost
-	started    int  // ranks that have started
-	stopping   bool // Kill was sent to every agent
-	interrupts int  // signals from outside that were not SIGUSR1 or SIGUSR2
+	failedAt   time.Time // when a rank's exit made res a failure (onExited); zero otherwise
+	pending    int       // agents launched that have neither said Done nor been lost
+	started    int       // ranks that have started
+	stopping   bool      // Kill was sent to every agent
+	interrupts int       // signals from outside that were not SIGUSR1 or SIGUSR2
 	// lastSig is when a step's agent last reported each signal, which
 	// is forwarded once a second at most.
 	lastSig map[syscall.Signal]time.Time
@@ -352,6 +354,7 @@ func (g *genState) onExited(e rankExited) {
 	if r.failed() && !e.Stopped {
 		first := *r
 		if g.end(result{reason: reasonFailed, first: &first}) {
+			g.failedAt = g.now()
 			g.stopOnce()
 		} else if f := g.res.first; g.res.reason == reasonFailed && f != nil && f.Host == r.Host && r.End.Before(f.End) {
 			// Its agent reaped it before the rank taken as the first
@@ -364,6 +367,22 @@ func (g *genState) onExited(e rankExited) {
 	}
 }
 
+// fenceCulprit reports whether a, a fence's timeout naming the ranks that
+// never arrived, names the job's first failure rather than the rank
+// taken for it: a rank that exited (not one in a's list) within
+// fenceVictimWindow before a came, the way a rank waiting in that fence
+// exits when the fence fails (MPICH's PMI_Barrier returns -1), its exit
+// overtaking the report of the timeout on the way to the head.
+func (g *genState) fenceCulprit(a control.Abort) bool {
+	f := g.res.first
+	return g.res.reason == reasonFailed && f != nil && len(a.Missing) > 0 && a.Timeout > 0 &&
+		!g.failedAt.IsZero() && g.now().Sub(g.failedAt) < fenceVictimWindow && !slices.Contains(a.Missing, f.Rank)
+}
+
+// fenceVictimWindow bounds how long after a rank's failure a fence's
+// timeout may still name the culprits instead (fenceCulprit).
+const fenceVictimWindow = time.Second
+
 // onAbort: a rank that ends the job through PMI (or never reached a
 // fence) is a failure, and its host leaves the generation's fences.
 func (g *genState) onAbort(e rankAborted) {
@@ -375,12 +394,18 @@ func (g *genState) onAbort(e rankAborted) {
 	why, code := h.abortReason(e.Abort)
 	// Nobody waits on it in a fence any more.
 	h.store.Leave(g.gen, e.node, fmt.Sprintf("rank %d on %s %s", e.Rank, r.Host, why))
-	if g.res.reason != reasonSuccess {
+	replace := g.res.reason != reasonSuccess
+	if replace && !g.fenceCulprit(e.Abort) {
 		return
 	}
 	r.Err, r.Code, r.End = why, code, g.now()
 	if r.PID == 0 {
 		r.PID = -1
+	}
+	if replace {
+		// The job is stopping already; the culprit takes the first's place, once.
+		g.res.first, g.failedAt = &r, time.Time{}
+		return
 	}
 	g.end(result{reason: reasonFailed, first: &r})
 	g.stopOnce()

@@ -268,6 +268,22 @@ func TestGenerationHandlers(t *testing.T) {
 			sent: [2][]string{stopped, stopped}, pending: 2, stopping: true,
 		},
 		{
+			name: "a fence's timeout just after a rank's failure names the culprit; a second does not",
+			events: []event{evExited(1, 2, 15), clockAdvance{d: 100 * time.Millisecond},
+				evAborted(1, control.Abort{Rank: 3, Missing: []int{3}, Timeout: time.Second}),
+				evAborted(0, control.Abort{Rank: 0, Missing: []int{0, 1}, Timeout: time.Second})},
+			reason: reasonFailed, code: ExitTimeout, first: 3,
+			message: "rank 3 on h1 never reached a rendezvous fence within 1s (--rendezvous-timeout); ranks that never arrived: 3 (on h1)",
+			sent:    [2][]string{stopped, stopped}, pending: 2, stopping: true,
+		},
+		{
+			name: "a fence's timeout long after a rank's failure keeps the failure",
+			events: []event{evExited(1, 2, 15), clockAdvance{d: 2 * time.Second},
+				evAborted(1, control.Abort{Rank: 3, Missing: []int{3}, Timeout: time.Second})},
+			reason: reasonFailed, code: 15, first: 2, message: "rank 2 on h1 (pid 102) exited with code 15",
+			sent: [2][]string{stopped, stopped}, pending: 2, stopping: true,
+		},
+		{
 			name:   "an abort after a failure keeps the first",
 			events: []event{evExited(1, 2, 3), evAborted(0, control.Abort{Rank: 1, Code: 7})},
 			reason: reasonFailed, code: 3, first: 2, message: "rank 2 on h1 (pid 102) exited with code 3",
