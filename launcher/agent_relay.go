@@ -57,22 +57,26 @@ func (a *agent) feed(rank int, w *os.File, ch chan []byte) {
 
 // stdinFrame queues a chunk of the head's stdin for a rank; an empty one
 // closes the rank's stdin.
+//
+// The send happens under a.mu, as retire's close of the channel does (a
+// send after the close panicked the agent when the rank ended between
+// the two); it never blocks there, since the head keeps at most
+// stdinWindow chunks in flight and the channel holds one more.
 func (a *agent) stdinFrame(s control.Stdin) {
 	a.mu.Lock()
 	ch := a.stdin[s.Rank]
-	if len(s.Data) == 0 {
+	switch {
+	case ch == nil:
+	case len(s.Data) == 0:
 		delete(a.stdin, s.Rank)
+		close(ch)
+	default:
+		ch <- append([]byte(nil), s.Data...)
 	}
 	a.mu.Unlock()
 	if ch == nil {
 		// The rank is gone or takes no stdin: acknowledge and drop.
 		a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: s.Rank, Bytes: len(s.Data)})
-		return
-	}
-	if len(s.Data) == 0 {
-		close(ch)
-	} else {
-		ch <- append([]byte(nil), s.Data...) // the head keeps at most a window in flight
 	}
 }
 
