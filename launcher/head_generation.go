@@ -66,7 +66,8 @@ type genState struct {
 	ctx context.Context // Run's, which the fences' answers honour too
 
 	res        result
-	failedAt   time.Time // when a rank's exit made res a failure (onExited); zero otherwise
+	failedAt   time.Time // when a rank's exit made res a failure (onExited); zero otherwise, and when an abort is the first
+	lostAt     time.Time // when an agent's loss made res a failure (onAgentLost); zero otherwise
 	pending    int       // agents launched that have neither said Done nor been lost
 	started    int       // ranks that have started
 	stopping   bool      // Kill was sent to every agent
@@ -267,7 +268,9 @@ func (g *genState) onAgentLost(e agentLost) {
 	}
 	a.gone = true
 	g.pending--
-	g.end(result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))})
+	if g.end(result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))}) {
+		g.lostAt = g.now()
+	}
 	h.markLost(e.node, g.gen)
 	g.stopOnce()
 }
@@ -356,12 +359,14 @@ func (g *genState) onExited(e rankExited) {
 		if g.end(result{reason: reasonFailed, first: &first}) {
 			g.failedAt = g.now()
 			g.stopOnce()
-		} else if f := g.res.first; g.res.reason == reasonFailed && f != nil && f.Host == r.Host && r.End.Before(f.End) {
+		} else if f := g.res.first; g.res.reason == reasonFailed && f != nil && !g.failedAt.IsZero() && f.Host == r.Host && r.End.Before(f.End) {
 			// Its agent reaped it before the rank taken as the first
 			// failure, whose report overtook its own (each is sent once
 			// the rank's output is drained): a rank that crashed and a
 			// rank whose PMI fence failed on that crash, say. One host's
-			// clock orders them.
+			// clock orders them. Only an exit is ordered so: an abort's
+			// end is the head's time of reading it, and the agent sent
+			// it before any exit it caused.
 			g.res.first = &first
 		}
 	}
@@ -467,9 +472,37 @@ func (g *genState) onAgentSignaled(e agentSignaled) {
 	g.h.broadcastUnstepped(control.TypeSignal, control.Signal{Signal: int(e.sig)})
 	if e.sig != syscall.SIGUSR1 && e.sig != syscall.SIGUSR2 {
 		g.interrupts++
-		g.end(result{reason: reasonSignal, signal: e.sig})
+		g.endBySignal(e.sig)
 	}
 }
+
+// endBySignal ends the generation as one that a signal from outside
+// stopped. A signal that comes within signalCauseWindow of an agent's
+// loss, or of a rank's death by SIGTERM or SIGKILL, takes that failure's
+// place: whatever sent it (Slurm cancelling the job: srun answers the
+// SIGTERM with SIGKILL to its step) killed the agent or rank too, and
+// that end overtook the signal on the way here.
+func (g *genState) endBySignal(sig syscall.Signal) {
+	r := result{reason: reasonSignal, signal: sig}
+	if g.end(r) {
+		return
+	}
+	now := g.now()
+	switch {
+	case g.res.reason == reasonAgentLost && !g.lostAt.IsZero() && now.Sub(g.lostAt) < signalCauseWindow:
+		g.res, g.lostAt = r, time.Time{}
+	case g.res.reason == reasonFailed && g.res.first != nil && !g.failedAt.IsZero() && now.Sub(g.failedAt) < signalCauseWindow &&
+		(g.res.first.SignalNum == int(syscall.SIGTERM) || g.res.first.SignalNum == int(syscall.SIGKILL)):
+		// A rank killed just before by SIGTERM or SIGKILL that gorun
+		// did not send: the same sender's (slurmstepd signals the
+		// ranks of the batch host's step too).
+		g.res, g.failedAt = r, time.Time{}
+	}
+}
+
+// signalCauseWindow bounds how long after an agent's loss a signal may
+// still be taken for its cause (endBySignal).
+const signalCauseWindow = 2 * time.Second
 
 // onSignal forwards a signal gorun got to every rank; a second interrupt
 // kills them.
@@ -484,7 +517,7 @@ func (g *genState) onSignal(e signalReceived) {
 		return
 	}
 	g.interrupts++
-	g.end(result{reason: reasonSignal, signal: e.sig})
+	g.endBySignal(e.sig)
 	if g.interrupts == 1 {
 		h.notef("gorun: got %s: forwarded to every rank (send it again to kill them)\n", sigName(e.sig))
 		h.broadcast(control.TypeSignal, control.Signal{Signal: int(e.sig)})

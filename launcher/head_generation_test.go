@@ -268,6 +268,15 @@ func TestGenerationHandlers(t *testing.T) {
 			sent: [2][]string{stopped, stopped}, pending: 2, stopping: true,
 		},
 		{
+			name: "a fence's timeout read after the agent reaped the rank it released stays the first",
+			events: []event{clockAdvance{d: time.Second},
+				evAborted(1, control.Abort{Rank: 3, Missing: []int{3}, Timeout: time.Second}),
+				rankExited{fromAgent{1}, control.Exited{Rank: 2, PID: 102, Code: 15, End: time.Unix(0, 0)}}},
+			reason: reasonFailed, code: ExitTimeout, first: 3,
+			message: "rank 3 on h1 never reached a rendezvous fence within 1s (--rendezvous-timeout); ranks that never arrived: 3 (on h1)",
+			sent:    [2][]string{stopped, stopped}, pending: 2, stopping: true,
+		},
+		{
 			name: "a fence's timeout just after a rank's failure names the culprit; a second does not",
 			events: []event{evExited(1, 2, 15), clockAdvance{d: 100 * time.Millisecond},
 				evAborted(1, control.Abort{Rank: 3, Missing: []int{3}, Timeout: time.Second}),
@@ -299,6 +308,34 @@ func TestGenerationHandlers(t *testing.T) {
 					t.Errorf("h1 gone %v, rank 2's error %q, rank 1's %q", g.h.agents[1].gone, g.h.rec[2].Err, g.h.rec[1].Err)
 				}
 			},
+		},
+		{
+			name:   "a signal just after an agent's loss is its cause",
+			events: []event{evLost(1, "EOF"), clockAdvance{d: 500 * time.Millisecond}, signalReceived{sig: syscall.SIGTERM}},
+			reason: reasonSignal, code: 128 + 15, first: -1, message: "gorun got SIGTERM and forwarded it to every rank",
+			sent: [2][]string{append(stopped, "signal SIGTERM"), {launched}}, pending: 1, stopping: true,
+			notes: []string{"gorun: got SIGTERM: forwarded to every rank (send it again to kill them)"},
+		},
+		{
+			name:   "a signal long after an agent's loss keeps the loss",
+			events: []event{evLost(1, "EOF"), clockAdvance{d: 3 * time.Second}, signalReceived{sig: syscall.SIGTERM}},
+			reason: reasonAgentLost, code: ExitLaunch, first: -1, message: "lost the agent on h1: EOF",
+			sent: [2][]string{append(stopped, "signal SIGTERM"), {launched}}, pending: 1, stopping: true,
+			notes: []string{"gorun: got SIGTERM: forwarded to every rank (send it again to kill them)"},
+		},
+		{
+			name:   "a signal just after a rank's death by SIGKILL is its cause",
+			events: []event{evSignalled(0, 1, syscall.SIGKILL, false), clockAdvance{d: 500 * time.Millisecond}, signalReceived{sig: syscall.SIGTERM}},
+			reason: reasonSignal, code: 128 + 15, first: -1, message: "gorun got SIGTERM and forwarded it to every rank",
+			sent: [2][]string{append(stopped, "signal SIGTERM"), append(stopped, "signal SIGTERM")}, pending: 2, stopping: true,
+			notes: []string{"gorun: got SIGTERM: forwarded to every rank (send it again to kill them)"},
+		},
+		{
+			name:   "a signal just after a rank's exit keeps the exit",
+			events: []event{evExited(0, 1, 3), clockAdvance{d: 500 * time.Millisecond}, signalReceived{sig: syscall.SIGTERM}},
+			reason: reasonFailed, code: 3, first: 1, message: "rank 1 on h0 (pid 101) exited with code 3",
+			sent: [2][]string{append(stopped, "signal SIGTERM"), append(stopped, "signal SIGTERM")}, pending: 2, stopping: true,
+			notes: []string{"gorun: got SIGTERM: forwarded to every rank (send it again to kill them)"},
 		},
 		{
 			name:   "an agent lost after a failure",

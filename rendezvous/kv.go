@@ -459,10 +459,12 @@ func (s *KVServer) ServeConn(ctx context.Context, c net.Conn) error {
 		}
 		s.mu.Unlock()
 		if rank >= 0 && !bye {
-			s.local.gone(fmt.Errorf("rendezvous: rank %d left without closing its KV client", rank))
+			// Reported first: the ranks that gone releases fail, and
+			// their exits must not overtake the report of this one.
 			if s.cfg.OnEarlyExit != nil && ctx.Err() == nil {
 				s.cfg.OnEarlyExit(rank)
 			}
+			s.local.gone(fmt.Errorf("rendezvous: rank %d left without closing its KV client", rank))
 		}
 		fences.Wait() // ended by gone, ctx or the fence's own end
 	}()

@@ -239,12 +239,15 @@ func (s *PMIServer) serve(ctx context.Context, c net.Conn, rank int) (err error)
 			s.local.gone(fmt.Errorf("rendezvous: rank %d: PMI connection dropped: %v", pc.rank, err))
 		}
 		if pc.rank >= 0 && !pc.finalized && !pc.aborted && !pc.dropped && !closed && ctx.Err() == nil {
-			s.local.gone(fmt.Errorf("rendezvous: rank %d exited before PMI finalize", pc.rank))
-			// A rank that never said init is no MPI program (or not yet
-			// one): only a barrier it leaves waiting fails, above.
+			// Reported before the ranks waiting in a barrier are released:
+			// they fail when it is, and their exits must not overtake the
+			// report of the rank that caused it. A rank that never said
+			// init is no MPI program (or not yet one): only a barrier it
+			// leaves waiting fails.
 			if s.cfg.OnEarlyExit != nil && pc.inited {
 				s.cfg.OnEarlyExit(pc.rank)
 			}
+			s.local.gone(fmt.Errorf("rendezvous: rank %d exited before PMI finalize", pc.rank))
 			if err == nil {
 				err = fmt.Errorf("rendezvous: rank %d closed its PMI connection before finalize", pc.rank)
 			}
