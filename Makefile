@@ -6,8 +6,9 @@ LDFLAGS := -X main.version=$(VERSION)
 CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
 # Go's default C flags, less the warnings about the NVML functions that
 # go-nvml wraps and NVIDIA has deprecated (a screenful on a fresh build),
-# for the cgo builds that link go-nvml: gorun, gorun-pmix and the fabric
-# plugin (and make test-short's, which builds them all).
+# for the cgo builds (gorun alone links go-nvml, through topology/nvmllib;
+# the flags are harmless for gorun-pmix, the fabric plugin and make
+# test-short's).
 NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 
 .PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm bench-scale clean

@@ -14,6 +14,7 @@ import (
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
+	"github.com/gorun/gorun/topology/nvmllib"
 )
 
 // BindExecCommand is the hidden first argument with which the agent
@@ -89,7 +90,7 @@ func localNode(withNVML bool) (*topology.Node, error) {
 	c.once.Do(func() {
 		var lib topology.NVML
 		if withNVML {
-			lib = topology.NewNVML()
+			lib = nvmllib.New()
 		}
 		c.node, c.err = topology.Discover(os.DirFS("/"), lib)
 	})

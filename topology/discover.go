@@ -60,9 +60,9 @@ func Discover(root fs.FS, lib NVML) (*Node, error) {
 	return n, nil
 }
 
-// DiscoverLocal discovers this machine: sysfs under "/" and NVML when
-// libnvidia-ml loads.
-func DiscoverLocal() (*Node, error) { return Discover(os.DirFS("/"), NewNVML()) }
+// DiscoverLocal discovers this machine: sysfs under "/", and lib (package
+// nvmllib's, or nil for none) when libnvidia-ml loads.
+func DiscoverLocal(lib NVML) (*Node, error) { return Discover(os.DirFS("/"), lib) }
 
 func nvmlGPUs(n *Node, lib NVML) ([]GPU, error) {
 	count, err := lib.DeviceCount()

@@ -7,8 +7,8 @@
 // GPUs are NVIDIA's (NVML and sysfs) and AMD's and Intel's data-center
 // GPUs (sysfs). Discovery reads sysfs always, through an fs.FS rooted at
 // "/" so that recorded machines under testdata can stand in for the real
-// one, and NVML (through github.com/NVIDIA/go-nvml, behind the package's
-// own NVML interface) when libnvidia-ml loads: NVML adds GPU UUIDs, memory sizes,
+// one, and NVML (through github.com/NVIDIA/go-nvml in package nvmllib,
+// behind this package's own NVML interface) when libnvidia-ml loads: NVML adds GPU UUIDs, memory sizes,
 // NVLinks, peer-to-peer status and MIG mode, and orders the GPUs as CUDA
 // and nvidia-smi do. Where NVML is absent (no library, no cgo) discovery
 // falls back to sysfs alone (Node.NVMLStatus says why), and after a

@@ -2,12 +2,11 @@ package topology
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 )
 
 // NVML is the part of NVIDIA's management library that discovery uses,
-// behind an interface of gorun's own: the real one (NewNVML) needs cgo
+// behind an interface of gorun's own: the real one (nvmllib.New) needs cgo
 // and libnvidia-ml, FakeNVML serves recorded machines in tests.
 //
 // After Init returns an error, a caller calls no other method: with the
@@ -92,32 +91,3 @@ func NormalizeBusID(id string) string {
 	}
 	return dom + ":" + rest
 }
-
-// p2pStatusName names NVML's GpuP2PStatus values as nvidia-smi does.
-func p2pStatusName(v int) string {
-	switch v {
-	case 0:
-		return "OK"
-	case 1:
-		return "CNS"
-	case 2:
-		return "GNS"
-	case 3:
-		return "TNS"
-	case 4:
-		return "DR"
-	case 5:
-		return "NS"
-	default:
-		return "U"
-	}
-}
-
-// nvmlError is a failed NVML call, by name and return code; it does not
-// call into the library to name the code.
-type nvmlError struct {
-	call string
-	code int
-}
-
-func (e *nvmlError) Error() string { return fmt.Sprintf("NVML %s: return code %d", e.call, e.code) }

@@ -125,22 +125,3 @@ func TestNVMLStatus(t *testing.T) {
 		t.Errorf("warnings %v", n.Warnings)
 	}
 }
-
-// This build's own NVML: a static build says so.
-func TestNVMLBuild(t *testing.T) {
-	t.Parallel()
-	if HasNVML {
-		return // the cgo build: TestRealNVMLFallback covers it
-	}
-	err := NewNVML().Init()
-	if !errors.Is(err, ErrNVMLNotFound) || !errors.Is(err, ErrNoCgo) {
-		t.Fatalf("a static build's Init = %v", err)
-	}
-	n, err := DiscoverLocal()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n.NVMLStatus != ErrNoCgo.Error() {
-		t.Errorf("NVMLStatus = %q", n.NVMLStatus)
-	}
-}

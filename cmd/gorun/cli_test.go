@@ -16,6 +16,7 @@ import (
 
 	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/topology"
+	"github.com/gorun/gorun/topology/nvmllib"
 )
 
 func TestPrintEnv(t *testing.T) {
@@ -257,7 +258,7 @@ func TestTopo(t *testing.T) {
 	}
 	// This gorun has NVML built in (cgo), as make build's: it looked for
 	// libnvidia-ml, which this machine lacks.
-	if !topology.HasNVML {
+	if !nvmllib.Available {
 		t.Fatalf("the tests run a gorun without NVML (CGO_ENABLED=0?): the NVML path would go untested")
 	}
 	if n.NVMLStatus != topology.ErrNVMLNotFound.Error() && topology.LocalGPUs() == 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
+	"github.com/gorun/gorun/topology/nvmllib"
 )
 
 // topoCommand is `gorun topo`: the node's topology matrix, as
@@ -40,7 +41,7 @@ func topoCommand(stdout io.Writer) *cli.Command {
 				return errExit{code: 2, err: fmt.Errorf("topo: unexpected argument %q", c.Args().First())}
 			}
 			if dir := c.String("record"); dir != "" {
-				files, err := topology.Record("/", dir, topology.NewNVML())
+				files, err := topology.Record("/", dir, nvmllib.New())
 				if err != nil {
 					return errExit{code: 1, err: err}
 				}
@@ -105,7 +106,7 @@ func printPlan(c *cli.Context, stdout io.Writer, n *topology.Node, root string, 
 // discover reads this node, or a recorded one.
 func discover(root, nvmlFile string) (*topology.Node, error) {
 	if root == "" {
-		return topology.DiscoverLocal()
+		return topology.DiscoverLocal(nvmllib.New())
 	}
 	// A recorded machine without NVML answers: the library is "absent".
 	var lib topology.NVML = &topology.FakeNVML{InitError: "library not found"}

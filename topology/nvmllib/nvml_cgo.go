@@ -1,6 +1,6 @@
 //go:build cgo && linux
 
-package topology
+package nvmllib
 
 import (
 	"errors"
@@ -8,10 +8,12 @@ import (
 	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gorun/gorun/topology"
 )
 
-// NewNVML returns the NVML library, loaded from libnvidia-ml.so.1 by Init.
-func NewNVML() NVML { return &realNVML{} }
+// New returns the NVML library, loaded from libnvidia-ml.so.1 by Init.
+func New() topology.NVML { return &realNVML{} }
 
 // realNVML calls go-nvml. It never calls the library after a failed
 // Init (Shutdown then kills the process), and never asks the library
@@ -30,7 +32,7 @@ func (r *realNVML) Init() error {
 	}
 	ret := nvml.Init()
 	if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-		return fmt.Errorf("NVML Init: %w", ErrNVMLNotFound)
+		return fmt.Errorf("NVML Init: %w", topology.ErrNVMLNotFound)
 	}
 	if ret != nvml.SUCCESS {
 		return &nvmlError{"Init", int(ret)}
@@ -84,12 +86,12 @@ func busIDString(b [32]int8) string {
 	return string(out)
 }
 
-func (r *realNVML) Device(i int) (GPUInfo, error) {
+func (r *realNVML) Device(i int) (topology.GPUInfo, error) {
 	d, err := r.device(i)
 	if err != nil {
-		return GPUInfo{}, err
+		return topology.GPUInfo{}, err
 	}
-	info := GPUInfo{Index: i, NUMA: -1}
+	info := topology.GPUInfo{Index: i, NUMA: -1}
 	var ret nvml.Return
 	if info.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
 		return info, &nvmlError{fmt.Sprintf("DeviceGetUUID(%d)", i), int(ret)}
@@ -103,10 +105,10 @@ func (r *realNVML) Device(i int) (GPUInfo, error) {
 		info.NUMA = numa
 	}
 	// GetCpuAffinity takes a CPU count and asks for enough 64-bit words.
-	if words, ret := d.GetCpuAffinity(MaxCPUs); ret == nvml.SUCCESS {
+	if words, ret := d.GetCpuAffinity(topology.MaxCPUs); ret == nvml.SUCCESS {
 		for w, bits := range words {
 			for b := 0; b < 64; b++ {
-				if bits&(1<<uint(b)) != 0 && w*64+b < MaxCPUs {
+				if bits&(1<<uint(b)) != 0 && w*64+b < topology.MaxCPUs {
 					info.CPUAffinity.Add(w*64 + b)
 				}
 			}
@@ -134,19 +136,19 @@ func (r *realNVML) Device(i int) (GPUInfo, error) {
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		typ := NVLinkRemoteGPU
+		typ := topology.NVLinkRemoteGPU
 		if t, ret := d.GetNvLinkRemoteDeviceType(l); ret == nvml.SUCCESS {
 			switch t {
 			case nvml.NVLINK_DEVICE_TYPE_SWITCH:
-				typ = NVLinkRemoteSwitch
+				typ = topology.NVLinkRemoteSwitch
 			case nvml.NVLINK_DEVICE_TYPE_IBMNPU:
-				typ = NVLinkRemoteNPU
+				typ = topology.NVLinkRemoteNPU
 			}
 		}
 		id := busIDString(rp.BusId)
 		k := typ + " " + id
 		if byRemote[k] == 0 {
-			info.NVLinks = append(info.NVLinks, NVLinkInfo{RemoteBusID: id, RemoteType: typ})
+			info.NVLinks = append(info.NVLinks, topology.NVLinkInfo{RemoteBusID: id, RemoteType: typ})
 		}
 		byRemote[k]++
 	}
@@ -186,5 +188,34 @@ func (r *realNVML) Shutdown() error {
 	return nil
 }
 
-// HasNVML says whether this build can load NVML: it was built with cgo.
-const HasNVML = true
+// Available says whether this build can load NVML: it was built with cgo.
+const Available = true
+
+// p2pStatusName names NVML's GpuP2PStatus values as nvidia-smi does.
+func p2pStatusName(v int) string {
+	switch v {
+	case 0:
+		return "OK"
+	case 1:
+		return "CNS"
+	case 2:
+		return "GNS"
+	case 3:
+		return "TNS"
+	case 4:
+		return "DR"
+	case 5:
+		return "NS"
+	default:
+		return "U"
+	}
+}
+
+// nvmlError is a failed NVML call, by name and return code; it does not
+// call into the library to name the code.
+type nvmlError struct {
+	call string
+	code int
+}
+
+func (e *nvmlError) Error() string { return fmt.Sprintf("NVML %s: return code %d", e.call, e.code) }
