@@ -49,7 +49,7 @@ run: build
 # The whole test suite, on a fresh Debian 12 machine as root.
 test: check
 	$(GO) test -race -count=1 -timeout 15m ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./topology ./env   # the static build: NVML absent, and saying why
+	CGO_ENABLED=0 $(GO) test -count=1 ./topology/... ./env   # the static build: NVML absent, and saying why
 
 check:
 	./scripts/test-deps.sh
