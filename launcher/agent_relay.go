@@ -22,10 +22,18 @@ const (
 	stdinWindow = 32
 )
 
+// A relay's read buffer: relayFirst bytes, relayMax once a read fills it.
+const (
+	relayFirst = 4 << 10
+	relayMax   = 64 << 10
+)
+
 // relay sends what a rank writes to one of its pipes to the head.
 func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
 	defer p.readers.Done()
-	buf := make([]byte, 64<<10)
+	// Small until a read fills it: most ranks say little, and 64 KiB
+	// for each of a host's pipes cost page faults at every launch.
+	buf := make([]byte, relayFirst)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
@@ -33,6 +41,9 @@ func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
 				p.tail.write(buf[:n])
 			}
 			a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: time.Now(), Data: buf[:n]})
+			if n == len(buf) && len(buf) < relayMax {
+				buf = make([]byte, relayMax)
+			}
 		}
 		if err != nil {
 			return
