@@ -228,7 +228,7 @@ func parseOSRelease(s string) string {
 
 // driverVersion finds the driver's version in /proc/driver/nvidia/version:
 // the first word of the NVRM line that looks like one (535.104.05).
-var driverVersion = regexp.MustCompile(`\s(\d+\.\d+(?:\.\d+)*)\s`)
+var driverVersion = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\s(\d+\.\d+(?:\.\d+)*)\s`) })
 
 // parseNVIDIADriver returns the driver's version from the text of
 // /proc/driver/nvidia/version; "" without one.
@@ -237,7 +237,7 @@ func parseNVIDIADriver(s string) string {
 	if !strings.HasPrefix(first, "NVRM") {
 		return ""
 	}
-	if m := driverVersion.FindStringSubmatch(first + " "); m != nil {
+	if m := driverVersion().FindStringSubmatch(first + " "); m != nil {
 		return m[1]
 	}
 	return strings.TrimSpace(strings.TrimPrefix(first, "NVRM version:"))
@@ -305,11 +305,11 @@ func parseMPICHVersion(out string) (key, version string) {
 	return strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(v)
 }
 
-var openMPIVersion = regexp.MustCompile(`Open MPI v(\S+)`)
+var openMPIVersion = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`Open MPI v(\S+)`) })
 
 // parseOMPIInfo reads ompi_info --version's "Open MPI v4.1.4".
 func parseOMPIInfo(out string) (key, version string) {
-	if m := openMPIVersion.FindStringSubmatch(out); m != nil {
+	if m := openMPIVersion().FindStringSubmatch(out); m != nil {
 		return "openmpi", m[1]
 	}
 	return "", ""

@@ -3,6 +3,7 @@ package jobrecord
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // Redacted replaces what [Redact] hides.
@@ -32,11 +33,13 @@ var tokenPrefixes = []string{"ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat
 
 // urlUserinfo finds the user information of URLs in a value: scheme://,
 // a user, and maybe :password, before an @.
-var urlUserinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s:]*)(:[^/?#@\s]*)?@`)
+var urlUserinfo = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)([^/?#@\s:]*)(:[^/?#@\s]*)?@`)
+})
 
 // loginName is a user name that [Redact] keeps in a URL without a
 // password (ssh://git@host): lower-case, short, as useradd takes them.
-var loginName = regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`)
+var loginName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z_][a-z0-9_.-]{0,31}$`) })
 
 // Redact returns env ("NAME=VALUE" strings) with secrets replaced by
 // <redacted>:
@@ -103,16 +106,16 @@ func redactURLs(v string) string {
 	if !strings.Contains(v, "://") || !strings.Contains(v, "@") {
 		return v
 	}
-	return urlUserinfo.ReplaceAllStringFunc(v, func(m string) string {
-		s := urlUserinfo.FindStringSubmatch(m)
+	return urlUserinfo().ReplaceAllStringFunc(v, func(m string) string {
+		s := urlUserinfo().FindStringSubmatch(m)
 		scheme, user, pass := s[1], s[2], s[3]
 		switch {
 		case pass != "":
-			if !loginName.MatchString(user) {
+			if !loginName().MatchString(user) {
 				user = Redacted
 			}
 			return scheme + user + ":" + Redacted + "@"
-		case user != "" && !loginName.MatchString(user):
+		case user != "" && !loginName().MatchString(user):
 			return scheme + Redacted + "@"
 		}
 		return m

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // A gorun built with cgo (what `make build` makes, for NVML) is linked
@@ -114,14 +115,16 @@ func glibcVersion(getconf string) string {
 // loaderMissing matches glibc's dynamic loader refusing a binary:
 // "prog: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.34' not found
 // (required by prog)".
-var loaderMissing = regexp.MustCompile("version [`']GLIBC_([0-9]+(?:\\.[0-9]+)*)' not found")
+var loaderMissing = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("version [`']GLIBC_([0-9]+(?:\\.[0-9]+)*)' not found")
+})
 
 // MissingGlibc returns the version that a line of glibc's dynamic loader
 // says the C library lacks, such as "2.34" from "prog: /lib64/libc.so.6:
 // version `GLIBC_2.34' not found (required by prog)", and whether the line
 // says so.
 func MissingGlibc(line string) (string, bool) {
-	m := loaderMissing.FindStringSubmatch(line)
+	m := loaderMissing().FindStringSubmatch(line)
 	if m == nil {
 		return "", false
 	}

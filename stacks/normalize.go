@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // nframe is a frame as normalisation sees it.
@@ -161,7 +162,9 @@ func libcModule(module string) bool {
 	return false
 }
 
-var cloneSuffix = regexp.MustCompile(`\.(constprop|isra|part|cold|lto_priv|localalias|llvm)(\.[0-9]+)?$`)
+var cloneSuffix = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`\.(constprop|isra|part|cold|lto_priv|localalias|llvm)(\.[0-9]+)?$`)
+})
 
 // cleanNative strips what varies or says nothing from a native function's
 // name: the symbol version (@@GLIBC_2.34, @plt), a C++ parameter list and
@@ -191,8 +194,8 @@ func cleanNative(fn, module string) string {
 			}
 		}
 	}
-	for cloneSuffix.MatchString(fn) {
-		fn = cloneSuffix.ReplaceAllString(fn, "")
+	for cloneSuffix().MatchString(fn) {
+		fn = cloneSuffix().ReplaceAllString(fn, "")
 	}
 	for _, p := range []string{"__GI___libc_", "__GI___", "__GI_", "__libc_"} {
 		if s, ok := strings.CutPrefix(fn, p); ok && s != "" {

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -335,7 +336,7 @@ func parsePySpy(b []byte) []Thread {
 	return out
 }
 
-var pythonDir = regexp.MustCompile(`^python[0-9.]*t?$`)
+var pythonDir = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python[0-9.]*t?$`) })
 
 // pyModule returns the package or standard library module of a Python
 // file: the top directory (or module file) under site-packages or
@@ -354,7 +355,7 @@ func pyModule(file string) string {
 		}
 	}
 	for i := 0; i+2 < len(parts); i++ {
-		if (parts[i] == "lib" || parts[i] == "lib64") && pythonDir.MatchString(parts[i+1]) {
+		if (parts[i] == "lib" || parts[i] == "lib64") && pythonDir().MatchString(parts[i+1]) {
 			if parts[i+2] == "lib-dynload" {
 				return "stdlib"
 			}

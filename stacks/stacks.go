@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorun/gorun/internal/procfs"
@@ -219,14 +220,14 @@ func syscallName(sc procfs.Syscall) string {
 	return fmt.Sprintf("syscall %d", sc.Nr)
 }
 
-var pythonName = regexp.MustCompile(`^python[0-9.]*[dmu]?$`)
+var pythonName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^python[0-9.]*[dmu]?$`) })
 
 // isPython reports whether p is a Python interpreter: its executable or
 // command is python*, or it has libpython mapped (an embedded one, or an
 // interpreter built with --enable-shared).
 func isPython(pfs procfs.FS, p Proc) bool {
 	exe := strings.TrimSuffix(p.Exe, " (deleted)")
-	if pythonName.MatchString(filepath.Base(exe)) || pythonName.MatchString(p.Comm) {
+	if pythonName().MatchString(filepath.Base(exe)) || pythonName().MatchString(p.Comm) {
 		return true
 	}
 	for m := range pfs.FileMappings(p.PID) {
