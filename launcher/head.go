@@ -370,11 +370,16 @@ type head struct {
 	jobState string        // the state to write in the job file
 	jobsDone chan struct{} // closed when publishing is over
 	jobsStop chan struct{} // closed to stop a publish that has not started
-	probes   probeSet
-	live     []rankLive   // by rank
-	gen      atomic.Int32 // the current generation
-	launched atomic.Bool  // the first generation was launched
-	hang     *stacks.Verdict
+	// planned is closed once the plan is final (prepare: a ppr:N:numa
+	// plan is made again from the agents' NUMA counts): the job is not
+	// published, and its socket asks nothing of the plan, before.
+	planned     chan struct{}
+	plannedOnce sync.Once
+	probes      probeSet
+	live        []rankLive   // by rank
+	gen         atomic.Int32 // the current generation
+	launched    atomic.Bool  // the first generation was launched
+	hang        *stacks.Verdict
 	// For --record: each rank's binding, and the hosts' descriptions
 	// (hostInfo, done once the agents answered).
 	binds    []control.Binding
@@ -489,12 +494,17 @@ func (h *head) prepare(ctx context.Context) (done bool, code int, err error) {
 	if err := checkHeadFiles(len(h.plan.Nodes), direct, openFileLimit()); err != nil {
 		return true, ExitUsage, err
 	}
+	if !o.Plan.MapBy.NeedsNUMA() {
+		h.planFinal()
+	}
 	if err := h.startAgents(ctx); err != nil {
 		return true, ExitLaunch, err
 	}
 	h.phases.AgentsUp = time.Since(h.start)
 	if o.Plan.MapBy.NeedsNUMA() {
-		if err := h.replan(); err != nil {
+		err := h.replan()
+		h.planFinal()
+		if err != nil {
 			return true, ExitUsage, err
 		}
 		if o.DisplayMap || o.DryRun {

@@ -303,16 +303,41 @@ func (h *head) publish() {
 	h.jobsDone, h.jobsStop = make(chan struct{}), make(chan struct{})
 	done, stop := h.jobsDone, h.jobsStop
 	h.jobsMu.Unlock()
+	planned := h.plannedChan()
 	go func() {
 		defer close(done)
 		t := time.NewTimer(publishDelay)
 		defer t.Stop()
 		select {
 		case <-t.C:
+		case <-stop:
+			return
+		}
+		// The plan is read from here on, by publishNow and by the job
+		// socket's requests, without a lock: not while prepare may still
+		// make it again (a loaded machine's agents can take 50 ms).
+		select {
+		case <-planned:
 			h.publishNow()
 		case <-stop:
 		}
 	}()
+}
+
+// plannedChan is the channel that planFinal closes.
+func (h *head) plannedChan() chan struct{} {
+	h.jobsMu.Lock()
+	defer h.jobsMu.Unlock()
+	if h.planned == nil {
+		h.planned = make(chan struct{})
+	}
+	return h.planned
+}
+
+// planFinal says that the plan will not change again (publish waits for it).
+func (h *head) planFinal() {
+	ch := h.plannedChan()
+	h.plannedOnce.Do(func() { close(ch) })
 }
 
 // publishNow serves the job socket and writes the job file, unless the

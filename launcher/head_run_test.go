@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/jobs"
 	"github.com/gorun/gorun/launcher/control"
 )
 
@@ -25,8 +26,10 @@ import (
 // in exits; the others run until their agent is told to kill them.
 type memStarter struct {
 	exits  map[int]int
-	silent bool   // the agents never say hello
-	onKill func() // called when an agent gets a Kill
+	silent bool          // the agents never say hello
+	slow   time.Duration // before each agent says hello
+	hold   time.Duration // before the ranks in exits exit
+	onKill func()        // called when an agent gets a Kill
 
 	started atomic.Int32
 	mu      sync.Mutex
@@ -61,7 +64,8 @@ func (s *memStarter) StartAgent(_ context.Context, host hostfile.Host) (AgentPro
 // serve is the agent's side of the protocol, ranks pretended.
 func (s *memStarter) serve(host hostfile.Host, r *control.Reader, w *control.Writer) {
 	w.WritePreamble("")
-	if _, err := control.Handshake(w, r, control.Hello{Version: "test", Host: host.Name, PID: 1}); err != nil {
+	time.Sleep(s.slow)
+	if _, err := control.Handshake(w, r, control.Hello{Version: "test", Host: host.Name, PID: 1, NUMA: 2}); err != nil {
 		return
 	}
 	var running []int
@@ -109,6 +113,7 @@ func (s *memStarter) launch(w *control.Writer, l control.Launch) []int {
 		st.Ranks = append(st.Ranks, control.RankStart{Rank: rs.Rank, PID: 1000 + rs.Rank, Time: time.Now()})
 	}
 	w.Send(control.TypeStarted, st)
+	time.Sleep(s.hold)
 	var running []int
 	for _, rs := range l.Ranks {
 		if code, ok := s.exits[rs.Rank]; ok {
@@ -174,6 +179,50 @@ func readSummary(t *testing.T, path string) Summary {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// A job that its agents take longer to start than publishDelay, with a
+// plan made again from their NUMA counts (ppr:N:numa), is published
+// once the plan is final, with its rank count: it was published with the
+// first plan's, while prepare made the plan again (go test -race saw
+// that in TestMapByPPRNuma on a loaded machine).
+func TestPublishAfterReplan(t *testing.T) {
+	t.Parallel()
+	exits := map[int]int{}
+	for r := range 8 {
+		exits[r] = 0
+	}
+	st := &memStarter{exits: exits, slow: 2 * publishDelay, hold: time.Second}
+	o := memOptions(t, st)
+	m, err := ParseMapBy("ppr:2:numa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Plan.MapBy, o.JobsDir = m, t.TempDir()
+	o.Hosts = []hostfile.Host{{Name: "h0", Slots: 4}, {Name: "h1", Slots: 4}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() { code, err := Run(ctx, o); done <- result{code, err} }()
+	var published []jobs.Info
+	for len(published) == 0 {
+		select {
+		case r := <-done:
+			t.Fatalf("Run = %d, %v before the job was published\n%s", r.code, r.err, o.Stderr)
+		case <-time.After(5 * time.Millisecond):
+		}
+		published, _ = jobs.List(o.JobsDir)
+	}
+	if published[0].Ranks != 8 {
+		t.Errorf("published with %d ranks, want 8 (2 per NUMA node, 2 NUMA nodes, 2 hosts)", published[0].Ranks)
+	}
+	if r := <-done; r.code != 0 || r.err != nil {
+		t.Fatalf("Run = %d, %v\n%s", r.code, r.err, o.Stderr)
+	}
 }
 
 // The in-memory agents run jobs as real ones do.
