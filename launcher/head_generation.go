@@ -477,14 +477,15 @@ func (g *genState) onAgentSignaled(e agentSignaled) {
 }
 
 // endBySignal ends the generation as one that a signal from outside
-// stopped. A signal that comes within signalCauseWindow of an agent's
+// stopped. A SIGTERM that comes within signalCauseWindow of an agent's
 // loss, or of a rank's death by SIGTERM or SIGKILL, takes that failure's
 // place: whatever sent it (Slurm cancelling the job: srun answers the
 // SIGTERM with SIGKILL to its step) killed the agent or rank too, and
-// that end overtook the signal on the way here.
+// that end overtook the signal on the way here. A user's interrupt is no
+// such cause, and leaves the failure first.
 func (g *genState) endBySignal(sig syscall.Signal) {
 	r := result{reason: reasonSignal, signal: sig}
-	if g.end(r) {
+	if g.end(r) || sig != syscall.SIGTERM {
 		return
 	}
 	now := g.now()

@@ -331,6 +331,13 @@ func TestGenerationHandlers(t *testing.T) {
 			notes: []string{"gorun: got SIGTERM: forwarded to every rank (send it again to kill them)"},
 		},
 		{
+			name:   "an interrupt just after a rank's death by SIGKILL keeps the death",
+			events: []event{evSignalled(0, 1, syscall.SIGKILL, false), clockAdvance{d: 500 * time.Millisecond}, signalReceived{sig: syscall.SIGINT}},
+			reason: reasonFailed, code: 128 + 9, first: 1, message: "rank 1 on h0 (pid 101) was killed by SIGKILL (signal 9)",
+			sent: [2][]string{append(stopped, "signal SIGINT"), append(stopped, "signal SIGINT")}, pending: 2, stopping: true,
+			notes: []string{"gorun: got SIGINT: forwarded to every rank (send it again to kill them)"},
+		},
+		{
 			name:   "a signal just after a rank's exit keeps the exit",
 			events: []event{evExited(0, 1, 3), clockAdvance{d: 500 * time.Millisecond}, signalReceived{sig: syscall.SIGTERM}},
 			reason: reasonFailed, code: 3, first: 1, message: "rank 1 on h0 (pid 101) exited with code 3",
