@@ -97,7 +97,7 @@ func FuzzRingNext(f *testing.F) {
 }
 
 func TestHandle(t *testing.T) {
-	h := handle{boot: bootID, nonce: [16]byte{1, 15: 2}, name: "gorun-shm-0123456789abcdef01234567"}
+	h := handle{boot: bootID(), nonce: [16]byte{1, 15: 2}, name: "gorun-shm-0123456789abcdef01234567"}
 	b := h.marshal()
 	if len(b) > transport.MaxHandleSize {
 		t.Fatalf("handle of %d bytes", len(b))

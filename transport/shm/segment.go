@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -108,7 +109,8 @@ func (s *segment) unmap() {
 
 // bootID identifies this boot of this host's kernel: a handle made on
 // another host (or before a reboot) is refused at once. Zero when unknown.
-var bootID = func() (id [16]byte) {
+// Read when first asked for, not as every gorun starts.
+var bootID = sync.OnceValue(func() (id [16]byte) {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return id
@@ -118,7 +120,7 @@ var bootID = func() (id [16]byte) {
 		copy(id[:], h)
 	}
 	return id
-}()
+})
 
 // doorbell is an eventfd: the side that owns it waits on it, the peer (and
 // the owner itself) ring it.

@@ -260,7 +260,7 @@ func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("shm: listen: %w", err)
 	}
-	h := handle{boot: bootID, name: "gorun-shm-" + hex.EncodeToString(rnd[16:])}
+	h := handle{boot: bootID(), name: "gorun-shm-" + hex.EncodeToString(rnd[16:])}
 	copy(h.nonce[:], rnd[:16])
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + h.name, Net: "unixpacket"})
 	if err != nil {
@@ -414,8 +414,8 @@ func (t *Transport) Connect(ctx context.Context, hb transport.Handle) (transport
 	if err != nil {
 		return nil, err
 	}
-	if h.boot != bootID && h.boot != ([16]byte{}) && bootID != ([16]byte{}) {
-		return nil, fmt.Errorf("shm: %w: made on another host (boot id %x, this host's %x)", transport.ErrBadHandle, h.boot, bootID)
+	if h.boot != bootID() && h.boot != ([16]byte{}) && bootID() != ([16]byte{}) {
+		return nil, fmt.Errorf("shm: %w: made on another host (boot id %x, this host's %x)", transport.ErrBadHandle, h.boot, bootID())
 	}
 	peer := "@" + h.name
 	peerErr := func(err error) error {
