@@ -390,6 +390,8 @@ type head struct {
 	finalProg map[int]rendezvous.Progress
 	// firstFence is when the first fence completed (phases.FirstFence).
 	firstFence atomic.Int64
+	// firstOutput is when the first output of a rank came (phases.FirstOutput).
+	firstOutput atomic.Int64
 
 	threads defaultThreads // the first generation's ranks given OMP_NUM_THREADS=1, for one note
 
@@ -435,6 +437,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 	h.unpublishSoon()
 	h.phases.AllExited = time.Since(h.start)
 	h.phases.FirstFence = time.Duration(h.firstFence.Load())
+	h.phases.FirstOutput = time.Duration(h.firstOutput.Load())
 	if h.infoDone != nil {
 		// The agents' answers about their hosts, before they go.
 		select {

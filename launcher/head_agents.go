@@ -285,6 +285,9 @@ func (h *head) lostBeforeLaunch(e agentLost) error {
 func (h *head) inBand(a *agentConn, f control.Frame) (bool, error) {
 	switch f.Type {
 	case control.TypeOutput:
+		if h.firstOutput.Load() == 0 {
+			h.firstOutput.CompareAndSwap(0, int64(time.Since(h.start)))
+		}
 		h.output(a, f)
 	case control.TypeStdinAck:
 		select {

@@ -85,6 +85,9 @@ type Phases struct {
 	// FirstFence is when the first rendezvous fence (PMI barrier)
 	// completed; 0 if there was none.
 	FirstFence time.Duration `json:"first_fence_ns,omitempty"`
+	// FirstOutput is when the first bytes a rank wrote reached gorun; 0
+	// if no rank wrote any.
+	FirstOutput time.Duration `json:"first_output_ns,omitempty"`
 }
 
 // trace prints the job's phases (--trace), in milliseconds from gorun's
@@ -98,8 +101,8 @@ func (h *head) trace() {
 		return fmt.Sprintf("%.1f", float64(h.start.Sub(t0)+d)/float64(time.Millisecond))
 	}
 	p := h.phases
-	h.notef("gorun: trace (ms from gorun's start): flags, config, plan %.1f; agents started %s; agents up %s; ranks started %s; first fence %s; all exited %s; agents gone %s\n",
-		float64(h.start.Sub(t0))/float64(time.Millisecond), ms(p.Connected), ms(p.AgentsUp), ms(p.RanksStarted), ms(p.FirstFence), ms(p.AllExited), ms(time.Since(h.start)))
+	h.notef("gorun: trace (ms from gorun's start): flags, config, plan %.1f; agents started %s; agents up %s; ranks started %s; first output %s; first fence %s; all exited %s; agents gone %s\n",
+		float64(h.start.Sub(t0))/float64(time.Millisecond), ms(p.Connected), ms(p.AgentsUp), ms(p.RanksStarted), ms(p.FirstOutput), ms(p.FirstFence), ms(p.AllExited), ms(time.Since(h.start)))
 }
 
 // Summary is the record --summary-json writes.

@@ -61,7 +61,7 @@ var settings = []setting{
 	{name: "record", kind: config.String, arg: "DIR", usage: "keep a record of the job in `DIR`: the plan, each host's versions and environment, the bindings, the phases' times, how each rank ended (print it with gorun show DIR)"},
 	{name: "hang-timeout", kind: config.Duration, def: "0s", arg: "DURATION", usage: "a job in which no rank made progress for `DURATION` (no output, rendezvous or collective call, and no CPU time or the same stacks twice) is hung: print where every rank is, and stop it (exit status 123); 0 = never"},
 	{name: "on-hang", kind: config.String, def: "stop", arg: "WHAT", usage: "what --hang-timeout does to a hung job: stop, or report (print the verdict and let it run)"},
-	{name: "trace", kind: config.Bool, def: "false", usage: "when the job ends, print where its time went: config and plan, agents started and up, ranks started, first fence, all exited, agents gone (ms from gorun's start)"},
+	{name: "trace", kind: config.Bool, def: "false", usage: "when the job ends, print where its time went: config and plan, agents started and up, ranks started, first output, first fence, all exited, agents gone (ms from gorun's start)"},
 	{name: "jobs-dir", kind: config.String, arg: "DIR", usage: "publish the job in `DIR` for gorun ps, status and stacks (default ~/.gorun/jobs; off = not at all)"},
 	{name: "ssh-config", kind: config.String, arg: "FILE", usage: "read ssh client settings from `FILE` (default ~/.ssh/config)"},
 	{name: "ssh-port", kind: config.Int, def: "0", arg: "PORT", usage: "connect to sshd on `PORT` (a host's port= in the host list wins; this wins over the ssh config, as ssh -p)"},
