@@ -122,6 +122,10 @@ type listener struct {
 	t    *transport
 	ln   net.Listener
 	name string
+	// accepting is held by one Accept at a time: the deadline that ends
+	// an Accept whose ctx ended is the listener's, and would end another
+	// that the caller, over RPC, started before the first returned here.
+	accepting sync.Mutex
 }
 
 // validHandle reports whether h has the form Listen gives names: the
@@ -150,6 +154,8 @@ func (l *listener) Handle() []byte { return []byte(l.name) }
 
 // Accept waits for the next connection and returns its receive side.
 func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
+	l.accepting.Lock()
+	defer l.accepting.Unlock()
 	// Accept knows no context: a deadline in the past interrupts it.
 	set := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { l.ln.(*net.UnixListener).SetDeadline(time.Unix(1, 0)); close(set) })

@@ -153,6 +153,12 @@ type listener struct {
 	t      *tcpTransport
 	ln     *net.TCPListener
 	closed atomic.Bool
+	// accepting is held by one Accept at a time: the deadline that ends
+	// an Accept whose ctx ended is the listener's, and would end another
+	// Accept too. A caller that gave up on an Accept (its ctx's deadline)
+	// can start the next before the first has returned here, the calls
+	// coming over RPC.
+	accepting sync.Mutex
 }
 
 // Handle returns "tcpexample/IP:PORT/CHECKSUM".
@@ -164,6 +170,8 @@ func (l *listener) Handle() []byte {
 // Accept knows no context, so when ctx ends we set a deadline in the past,
 // which makes the pending Accept return.
 func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
+	l.accepting.Lock()
+	defer l.accepting.Unlock()
 	set := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(time.Unix(1, 0)); close(set) })
 	c, err := l.ln.AcceptTCP()
