@@ -26,6 +26,16 @@ func (c *Communicator) checkRoot(name string, root int) error {
 	return nil
 }
 
+// The run functions of the calls: top-level functions, since a function
+// literal in a generic function captures its dictionary and would cost an
+// allocation per call.
+func runAllReduce(o *task, cl call) error     { return o.allreduce(cl.a) }
+func runBroadcast(o *task, cl call) error     { return o.broadcast(cl.a, cl.root) }
+func runReduce(o *task, cl call) error        { return o.reduceRoot(cl.a, cl.root) }
+func runAllGather(o *task, cl call) error     { return o.allgather(cl.a, cl.b) }
+func runReduceScatter(o *task, cl call) error { return o.reduceScatter(cl.a, cl.b) }
+func runAllToAll(o *task, cl call) error      { return o.alltoall(cl.a, cl.b) }
+
 func checkOp(name string, op Op) error {
 	if !op.valid() {
 		return invalid(name, "unknown operator %d", uint8(op))
@@ -38,9 +48,10 @@ func checkOp(name string, op Op) error {
 func allReduce[T Element](buf []T, op Op) call {
 	b := asBytes(buf)
 	return call{
-		hdr:   header{kind: CollAllReduce, dtype: DTypeOf[T](), op: op, count: int64(len(buf))},
-		check: func() error { return checkOp("allreduce", op) },
-		run:   func(o *task) error { return o.allreduce(b) },
+		hdr: header{kind: CollAllReduce, dtype: DTypeOf[T](), op: op, count: int64(len(buf))},
+		err: checkOp("allreduce", op),
+		run: runAllReduce,
+		a:   b,
 	}
 }
 
@@ -115,9 +126,11 @@ func (o *task) allreduceHier(ch Choice, buf []byte) error {
 func broadcast[T Element](c *Communicator, buf []T, root int) call {
 	b := asBytes(buf)
 	return call{
-		hdr:   header{kind: CollBroadcast, dtype: DTypeOf[T](), root: int32(root), count: int64(len(buf))},
-		check: func() error { return c.checkRoot("broadcast", root) },
-		run:   func(o *task) error { return o.broadcast(b, root) },
+		hdr:  header{kind: CollBroadcast, dtype: DTypeOf[T](), root: int32(root), count: int64(len(buf))},
+		err:  c.checkRoot("broadcast", root),
+		run:  runBroadcast,
+		a:    b,
+		root: root,
 	}
 }
 
@@ -170,15 +183,16 @@ func indexOf(s []int, v int) int {
 
 func reduceCall[T Element](c *Communicator, buf []T, op Op, root int) call {
 	b := asBytes(buf)
+	err := checkOp("reduce", op)
+	if err == nil {
+		err = c.checkRoot("reduce", root)
+	}
 	return call{
-		hdr: header{kind: CollReduce, dtype: DTypeOf[T](), op: op, root: int32(root), count: int64(len(buf))},
-		check: func() error {
-			if err := checkOp("reduce", op); err != nil {
-				return err
-			}
-			return c.checkRoot("reduce", root)
-		},
-		run: func(o *task) error { return o.reduceRoot(b, root) },
+		hdr:  header{kind: CollReduce, dtype: DTypeOf[T](), op: op, root: int32(root), count: int64(len(buf))},
+		err:  err,
+		run:  runReduce,
+		a:    b,
+		root: root,
 	}
 }
 
@@ -232,15 +246,16 @@ func (o *task) reduceRoot(buf []byte, root int) error {
 
 func allGather[T Element](c *Communicator, send, recv []T) call {
 	s, r := asBytes(send), asBytes(recv)
+	var err error
+	if lo, hi := BlockRange(len(recv), c.size, c.rank); len(send) != hi-lo {
+		err = invalid("allgather", "rank %d of %d contributes %d elements of %d, not %d", c.rank, c.size, hi-lo, len(recv), len(send))
+	}
 	return call{
 		hdr: header{kind: CollAllGather, dtype: DTypeOf[T](), count: int64(len(recv))},
-		check: func() error {
-			if lo, hi := BlockRange(len(recv), c.size, c.rank); len(send) != hi-lo {
-				return invalid("allgather", "rank %d of %d contributes %d elements of %d, not %d", c.rank, c.size, hi-lo, len(recv), len(send))
-			}
-			return nil
-		},
-		run: func(o *task) error { return o.allgather(s, r) },
+		err: err,
+		run: runAllGather,
+		a:   s,
+		b:   r,
 	}
 }
 
@@ -275,18 +290,16 @@ func AllGatherAsync[T Element](ctx context.Context, c *Communicator, send, recv 
 
 func reduceScatter[T Element](c *Communicator, send, recv []T, op Op) call {
 	s, r := asBytes(send), asBytes(recv)
+	err := checkOp("reducescatter", op)
+	if lo, hi := BlockRange(len(send), c.size, c.rank); err == nil && len(recv) != hi-lo {
+		err = invalid("reducescatter", "rank %d of %d receives %d elements of %d, not %d", c.rank, c.size, hi-lo, len(send), len(recv))
+	}
 	return call{
 		hdr: header{kind: CollReduceScatter, dtype: DTypeOf[T](), op: op, count: int64(len(send))},
-		check: func() error {
-			if err := checkOp("reducescatter", op); err != nil {
-				return err
-			}
-			if lo, hi := BlockRange(len(send), c.size, c.rank); len(recv) != hi-lo {
-				return invalid("reducescatter", "rank %d of %d receives %d elements of %d, not %d", c.rank, c.size, hi-lo, len(send), len(recv))
-			}
-			return nil
-		},
-		run: func(o *task) error { return o.reduceScatter(s, r) },
+		err: err,
+		run: runReduceScatter,
+		a:   s,
+		b:   r,
 	}
 }
 
@@ -329,15 +342,16 @@ func ReduceScatterAsync[T Element](ctx context.Context, c *Communicator, send, r
 
 func allToAll[T Element](c *Communicator, send, recv []T) call {
 	s, r := asBytes(send), asBytes(recv)
+	var err error
+	if len(send) != len(recv) || len(send)%c.size != 0 {
+		err = invalid("alltoall", "send and receive buffers of %d and %d elements: both must be the same multiple of %d", len(send), len(recv), c.size)
+	}
 	return call{
 		hdr: header{kind: CollAllToAll, dtype: DTypeOf[T](), count: int64(len(send))},
-		check: func() error {
-			if len(send) != len(recv) || len(send)%c.size != 0 {
-				return invalid("alltoall", "send and receive buffers of %d and %d elements: both must be the same multiple of %d", len(send), len(recv), c.size)
-			}
-			return nil
-		},
-		run: func(o *task) error { return o.alltoall(s, r) },
+		err: err,
+		run: runAllToAll,
+		a:   s,
+		b:   r,
 	}
 }
 
@@ -366,9 +380,9 @@ func AllToAllAsync[T Element](ctx context.Context, c *Communicator, send, recv [
 // ---- Barrier ----
 
 func (c *Communicator) barrier() call {
-	return call{hdr: header{kind: CollBarrier, dtype: Uint8}, run: func(o *task) error {
+	return call{hdr: header{kind: CollBarrier, dtype: Uint8}, run: func(o *task, _ call) error {
 		o.setAlgo(AlgoDissemination, 0)
-		return o.barrierDissemination(c.whole())
+		return o.barrierDissemination(o.c.whole())
 	}}
 }
 
@@ -395,7 +409,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 	var child *Communicator
 	c.fam.mu.Lock()
 	defer c.fam.mu.Unlock()
-	err := c.run(ctx, "split", call{hdr: header{kind: kindSplit, dtype: Int64, count: int64(3 * c.size)}, run: func(o *task) error {
+	err := c.run(ctx, "split", call{hdr: header{kind: kindSplit, dtype: Int64, count: int64(3 * c.size)}, run: func(o *task, _ call) error {
 		mine := []int64{int64(color), int64(key), int64(c.fam.next)}
 		all := make([]int64, 3*c.size)
 		copy(all[3*c.rank:], mine)

@@ -125,8 +125,9 @@ type Communicator struct {
 	wg     sync.WaitGroup // watchers and control sends
 
 	mu        sync.Mutex
-	seq       uint32
-	tail      chan struct{} // closed when the last queued operation ends
+	seq       uint32     // the last operation queued
+	ended     uint32     // the last operation that ended: they end in order
+	turn      *sync.Cond // on mu: signalled when an operation ends
 	completed uint32
 	broken    error  // the first failure
 	brokenSeq uint32 // operations from this one on fail with broken
@@ -135,13 +136,22 @@ type Communicator struct {
 	watched   map[int]bool
 	cur       *task
 
-	arena      arena       // scratch of the running operation
-	timer      *time.Timer // the running operation's timeout
-	steps      []uint32    // the running operation's step counters
-	flight     []*msg      // and its messages in flight
-	release    func()      // closes what Init opened for the world communicator
-	transports string      // what Init connected with ("shm+tcp"), "" for New
-	offload    Offloader   // the world communicator's collective plugin, or nil
+	arena arena       // scratch of the running operation
+	timer *time.Timer // the running operation's timeout
+	op    task        // the running operation: one runs at a time
+	msgs  msgSlab     // and its messages
+	all   group       // every rank, in order
+	// opCtx is the context of the operations whose caller's context
+	// cannot end (context.Background), so that they need none of their
+	// own: cancelling an operation breaks the communicator, so a context
+	// that ended is made anew only after an operation that succeeded all
+	// the same (it lost a race with its cancellation) or that withdrew
+	// messages it no longer needed.
+	opCtx      context.Context
+	opCancel   context.CancelCauseFunc
+	release    func()    // closes what Init opened for the world communicator
+	transports string    // what Init connected with ("shm+tcp"), "" for New
+	offload    Offloader // the world communicator's collective plugin, or nil
 	offloaded  atomic.Uint64
 }
 
@@ -192,8 +202,14 @@ func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, name s
 		p2p: p, rank: rank, size: len(world), world: world, hosts: hosts, id: id, fam: fam, name: &name,
 		timeout: o.Timeout, chunk: o.ChunkBytes, segment: o.SegmentBytes, window: o.Window, strict: o.Strict,
 		thr: thr, model: model,
-		tail: make(chan struct{}), left: map[int]uint32{}, watched: map[int]bool{},
+		left: map[int]uint32{}, watched: map[int]bool{},
 	}
+	c.turn = sync.NewCond(&c.mu)
+	all := make([]int, c.size)
+	for i := range all {
+		all[i] = i
+	}
+	c.all = group{ranks: all, me: rank}
 	if c.timeout <= 0 {
 		c.timeout = DefaultTimeout
 	}
@@ -208,8 +224,8 @@ func newComm(p P2P, rank int, world, hosts []int, id uint32, fam *family, name s
 	model.ChunkBytes, model.SegmentBytes = c.chunk, c.segment
 	c.model = model
 	c.topo = newTopology(hosts, rank)
-	close(c.tail)
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.opCtx, c.opCancel = context.WithCancelCause(context.Background())
 	return c
 }
 
@@ -243,14 +259,15 @@ func (c *Communicator) Close() error {
 		return nil
 	}
 	c.closed = true
-	tail := c.tail
 	if c.cur != nil {
 		c.cur.cancel(ErrClosed)
 	}
 	c.mu.Unlock()
 	c.cancel(ErrClosed)
-	<-tail
 	c.mu.Lock()
+	for c.ended != c.seq { // the operations queued fail at once
+		c.turn.Wait()
+	}
 	done := c.completed
 	c.mu.Unlock()
 	c.tellAll(ctrlMsg{typ: ctrlLeave, subject: int32(c.rank), seq: done})
@@ -351,10 +368,9 @@ func leftError(name string, peer int, done uint32) *PeerError {
 
 func (c *Communicator) peerLeft(peer int, done uint32) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.left[peer] = done
-	o := c.cur
-	c.mu.Unlock()
-	if o != nil && o.seq > done {
+	if o := c.cur; o != nil && o.seq > done { // c.cur is reused: read it locked
 		o.cancel(leftError(o.name, peer, done))
 	}
 }
@@ -457,33 +473,41 @@ func WaitAll(reqs ...*Request) error {
 	return errors.Join(errs...)
 }
 
-// enqueue takes the next place in the order of operations. The returned
-// function runs fn there (after the operations before it) and returns its
-// error.
-func (c *Communicator) enqueue(ctx context.Context, name string, cl call) func() error {
+// enqueue takes the next place in the order of operations and returns
+// its number.
+func (c *Communicator) enqueue(kind Collective) uint32 {
 	c.mu.Lock()
 	c.seq++
 	seq := c.seq
-	prev := c.tail
-	done := make(chan struct{})
-	c.tail = done
 	c.mu.Unlock()
-	c.fam.log.arrive(c.name, seq, cl.hdr.kind)
-	return func() error {
-		defer close(done)
-		<-prev
-		return c.execute(ctx, name, seq, cl)
+	c.fam.log.arrive(c.name, seq, kind)
+	return seq
+}
+
+// runQueued runs operation seq once the operations before it ended, and
+// returns its error.
+func (c *Communicator) runQueued(ctx context.Context, name string, seq uint32, cl call) error {
+	c.mu.Lock()
+	for c.ended != seq-1 {
+		c.turn.Wait()
 	}
+	c.mu.Unlock()
+	err := c.execute(ctx, name, seq, cl)
+	c.mu.Lock()
+	c.ended = seq
+	c.mu.Unlock()
+	c.turn.Broadcast()
+	return err
 }
 
 func (c *Communicator) run(ctx context.Context, name string, cl call) error {
-	return c.enqueue(ctx, name, cl)()
+	return c.runQueued(ctx, name, c.enqueue(cl.hdr.kind), cl)
 }
 
 func (c *Communicator) runAsync(ctx context.Context, name string, cl call) *Request {
-	f := c.enqueue(ctx, name, cl)
+	seq := c.enqueue(cl.hdr.kind)
 	r := newRequest()
-	go func() { r.finish(f()) }()
+	go func() { r.finish(c.runQueued(ctx, name, seq, cl)) }()
 	return r
 }
 
@@ -517,19 +541,21 @@ const (
 	strictAfter  = 255
 )
 
-// call is an operation: its header, the checks of its arguments that need
-// no communication, and what it does.
+// call is an operation: its header, what its arguments' checks found
+// wrong (checks that need no communication), what it does, and its
+// arguments. run is a function that captures nothing, so that a call
+// costs no allocation.
 type call struct {
-	hdr   header
-	check func() error
-	run   func(o *task) error
+	hdr  header
+	err  error
+	run  func(o *task, cl call) error
+	a, b []byte // the buffers
+	root int
 }
 
 func (o *task) call(cl call) error {
-	if cl.check != nil {
-		if err := cl.check(); err != nil {
-			return err
-		}
+	if cl.err != nil {
+		return cl.err
 	}
 	strict := o.c.strict && o.c.size > 1
 	if strict {
@@ -538,7 +564,7 @@ func (o *task) call(cl call) error {
 			return err
 		}
 	}
-	if err := cl.run(o); err != nil {
+	if err := cl.run(o, cl); err != nil {
 		return err
 	}
 	if strict {
@@ -551,13 +577,11 @@ func (o *task) call(cl call) error {
 func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl call) error {
 	// The operation's context ends with the caller's, at Close (which
 	// cancels c.cur) and at the timeout, kept by one timer per
-	// communicator: no timer, no second context per operation.
-	octx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	// communicator: no timer, no second context per operation, and none
+	// at all for a caller's context that cannot end (see opCtx).
 	hdr := cl.hdr
 	hdr.class = classData
 	hdr.seq = seq
-	o := &task{c: c, ctx: octx, cancel: cancel, name: name, seq: seq, tag: c.tag(classData, seq), hdr: hdr}
 
 	c.mu.Lock()
 	var err error
@@ -572,14 +596,22 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 			err = leftError(name, peer, done)
 		}
 	}
+	o := &c.op // one operation runs at a time
 	if err == nil {
+		octx, cancel := c.opCtx, c.opCancel
+		own := ctx.Done() != nil
+		if own {
+			octx, cancel = context.WithCancelCause(ctx)
+		}
+		*o = task{c: c, ctx: octx, cancel: cancel, own: own, name: name, seq: seq, tag: c.tag(classData, seq), hdr: hdr,
+			step: o.step, inflight: o.inflight[:0], msgs: &c.msgs}
+		if o.step == nil {
+			o.step = make([]uint32, 2*c.size)
+		}
+		c.msgs.reset()
 		c.cur = o
 		c.arena.reset()
 		c.armTimeout(o)
-		if c.steps == nil {
-			c.steps = make([]uint32, 2*c.size)
-		}
-		o.step, o.inflight = c.steps, c.flight // reused: one operation runs at a time
 	}
 	c.mu.Unlock()
 	if err == nil {
@@ -592,11 +624,16 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 		c.mu.Lock()
 		c.cur = nil
 		c.timer.Stop()
-		c.flight = o.inflight
 		if err == nil {
 			c.completed = seq
+			if !o.own && c.opCtx.Err() != nil {
+				c.opCtx, c.opCancel = context.WithCancelCause(context.Background())
+			}
 		}
 		c.mu.Unlock()
+		if o.own {
+			o.cancel(nil)
+		}
 	}
 	if err != nil {
 		return c.fail(seq, err)

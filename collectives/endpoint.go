@@ -33,6 +33,8 @@ type link struct {
 	send transport.SendConn
 	rmu  sync.Mutex
 	recv transport.RecvConn
+	srel releaser // send and recv, when they reuse requests
+	rrel releaser
 }
 
 // endpoint is the P2P of a rank over package transport's connections: one
@@ -56,15 +58,55 @@ type endpoint struct {
 	crowded bool     // this host runs more of the world's ranks than this rank has CPUs
 	plugin  *plugins.Client
 	offload Offloader // the plugin's collectives, when every rank has them
+	xfers   freeList[xfer]
+	stages  freeList[[]byte]
 }
 
-var stagePool = sync.Pool{New: func() any { b := make([]byte, combineBytes); return &b }}
+// freeList keeps what transfers use for the next ones: the transfers
+// themselves and the staging buffers. It is not a sync.Pool, whose
+// contents the garbage collector (and the race detector, at random)
+// throws away: an endpoint in steady state allocates nothing.
+type freeList[T any] struct {
+	mu    sync.Mutex
+	items []*T
+}
+
+// maxFreeItems bounds what a free list keeps.
+const maxFreeItems = 256
+
+func (f *freeList[T]) get() *T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.items); n > 0 {
+		v := f.items[n-1]
+		f.items[n-1] = nil
+		f.items = f.items[:n-1]
+		return v
+	}
+	return nil
+}
+
+func (f *freeList[T]) put(v *T) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.items) < maxFreeItems {
+		f.items = append(f.items, v)
+	}
+}
+
+func (e *endpoint) getStage() *[]byte {
+	if b := e.stages.get(); b != nil {
+		return b
+	}
+	b := make([]byte, combineBytes)
+	return &b
+}
 
 // xfer implements Transfer over one or more transport requests.
 type xfer struct {
 	ctx   context.Context
 	reqs  []transport.Request
-	stage *[]byte  // staging buffer, returned to stagePool when done
+	stage *[]byte  // staging buffer, returned to e.stages when done
 	bufs  [][]byte // a combined receive's destination
 	peer  int
 	name  string
@@ -76,6 +118,40 @@ type xfer struct {
 
 	one  [1][]byte            // parts of a combined message
 	reqa [2]transport.Request // backing of reqs for the common cases
+	held bool                 // a request may still be in flight: never reuse
+	rel  releaser             // the connection, when it reuses requests
+}
+
+// releaser is a transport connection that reuses the requests its caller
+// hands back once it consumed them (shm's).
+type releaser interface{ Release(transport.Request) }
+
+func (e *endpoint) newXfer(ctx context.Context, peer int, name string) *xfer {
+	x := e.xfers.get() // a Communicator hands them back (recycle)
+	if x == nil {
+		x = new(xfer)
+	}
+	x.ctx, x.peer, x.name, x.e = ctx, peer, name, e
+	x.reqs = x.reqa[:0]
+	return x
+}
+
+// recycle hands back a transfer whose Wait returned and that its caller
+// will not use again; one whose requests may still be in flight (its
+// context ended first) is left to the garbage collector. The transport
+// requests go back to their connections where these reuse them.
+func (x *xfer) recycle() {
+	if x.held || x.e == nil {
+		return
+	}
+	if x.rel != nil {
+		for _, r := range x.reqs {
+			x.rel.Release(r)
+		}
+	}
+	e := x.e
+	*x = xfer{}
+	e.xfers.put(x)
 }
 
 func failed(err error) *xfer {
@@ -165,7 +241,7 @@ func (x *xfer) end(total int, err error) {
 		// The request stays in flight: its staging buffer is not reused,
 		// and the link is not used again by a working communicator (a
 		// cancelled operation breaks it).
-		x.stage = nil
+		x.stage, x.held = nil, true
 		x.err = context.Cause(x.ctx)
 		return
 	default:
@@ -228,7 +304,7 @@ func (x *xfer) scatter(n int) {
 
 func (x *xfer) release() {
 	if x.stage != nil {
-		stagePool.Put(x.stage)
+		x.e.stages.put(x.stage)
 		x.stage = nil
 	}
 }
@@ -263,11 +339,11 @@ func total(bufs [][]byte) int {
 // Isend implements P2P.
 func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
-	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
-	x.reqs = x.reqa[:0]
+	x := e.newXfer(ctx, peer, l.name)
+	x.rel = l.srel
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
-		x.stage = stagePool.Get().(*[]byte)
+		x.stage = e.getStage()
 		b := (*x.stage)[:0]
 		for _, p := range bufs {
 			b = append(b, p...)
@@ -293,11 +369,11 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 // Irecv implements P2P.
 func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]byte) Transfer {
 	l := e.links[peer]
-	x := &xfer{ctx: ctx, peer: peer, name: l.name, e: e}
-	x.reqs = x.reqa[:0]
+	x := e.newXfer(ctx, peer, l.name)
+	x.rel = l.rrel
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
-		x.stage = stagePool.Get().(*[]byte)
+		x.stage = e.getStage()
 		x.bufs = bufs
 		x.one[0] = (*x.stage)[:total(bufs)]
 		parts = x.one[:]
@@ -320,7 +396,7 @@ func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]by
 // start fails a transfer whose request could not be started. The parts
 // already started stay in flight, as after a cancellation.
 func (x *xfer) start(err error) *xfer {
-	x.stage = nil
+	x.stage, x.held = nil, true
 	if x.ctx.Err() != nil {
 		err = context.Cause(x.ctx)
 	} else {
@@ -377,6 +453,8 @@ func (e *endpoint) ready(host int) {
 				e.pollers = append(e.pollers, p)
 			}
 		}
+		l.srel, _ = l.send.(releaser)
+		l.rrel, _ = l.recv.(releaser)
 	}
 }
 

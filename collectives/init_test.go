@@ -224,30 +224,40 @@ func TestInitInvalid(t *testing.T) {
 	}
 }
 
+// pair connects two ranks of this process over transport tr ("shm" or
+// "tcp", over loopback) with InitWith. It returns nil, having reported
+// the error, when they could not connect.
+func pair(tb testing.TB, tr string) []*collectives.Communicator {
+	kv := newMemKV(2)
+	comms := make([]*collectives.Communicator, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = collectives.InitWith(context.Background(), collectives.Setup{Rank: r, Size: 2, KV: kv, Transport: tr, Iface: "=lo"}, nil)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		tb.Error(err)
+		return nil
+	}
+	return comms
+}
+
 // BenchmarkInitAllReduce measures AllReduce between two ranks of this
 // process over the real shared-memory and TCP (loopback) transports.
 func BenchmarkInitAllReduce(b *testing.B) {
 	for _, tr := range []string{"shm", "tcp"} {
 		for _, size := range []int{4 << 10, 256 << 10, 4 << 20} {
 			b.Run(fmt.Sprintf("%s/%s", tr, collectives.FormatSize(int64(size))), func(b *testing.B) {
-				kv := newMemKV(2)
-				comms := make([]*collectives.Communicator, 2)
-				var wg sync.WaitGroup
-				for r := range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						c, err := collectives.InitWith(context.Background(), collectives.Setup{Rank: r, Size: 2, KV: kv, Transport: tr, Iface: "=lo"}, nil)
-						if err != nil {
-							b.Error(err)
-						}
-						comms[r] = c
-					}()
-				}
-				wg.Wait()
-				if b.Failed() {
+				comms := pair(b, tr)
+				if comms == nil {
 					return
 				}
+				var wg sync.WaitGroup
 				b.SetBytes(int64(size))
 				b.ResetTimer()
 				for r := range 2 {
@@ -355,5 +365,60 @@ func TestInitLogger(t *testing.T) {
 		if !strings.HasPrefix(l, prefix) || !strings.Contains(l, "gorun-plugin-nothere") || !strings.HasSuffix(l, "; going on over tcp (--transport-fallback tcp)") {
 			t.Errorf("line %q, want %q, the plugin, and the fallback", l, prefix)
 		}
+	}
+}
+
+// A small AllReduce between two ranks over shared memory allocates
+// nothing in steady state: no task, context, message, transfer or
+// transport request per call (each is reused), so that the garbage
+// collector never runs because of collectives.
+func TestSteadyStateNoAllocs(t *testing.T) {
+	for _, size := range []int{8, 4 << 10} {
+		t.Run(collectives.FormatSize(int64(size)), func(t *testing.T) {
+			comms := pair(t, "shm")
+			if comms == nil {
+				return
+			}
+			defer func() {
+				for _, c := range comms {
+					c.Close()
+				}
+			}()
+			const warm, runs = 200, 2000
+			bufs := [2][]float32{make([]float32, size/4), make([]float32, size/4)}
+			call := func(r int) error {
+				return collectives.AllReduce(context.Background(), comms[r], bufs[r], collectives.Sum)
+			}
+			peerErr := make(chan error, 1)
+			go func() {
+				var err error
+				for range warm + runs + 1 { // AllocsPerRun calls once more, to warm up
+					if err = call(1); err != nil {
+						break
+					}
+				}
+				peerErr <- err
+			}()
+			for range warm {
+				if err := call(0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			allocs := testing.AllocsPerRun(runs, func() {
+				if e := call(0); e != nil && err == nil {
+					err = e
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := <-peerErr; err != nil {
+				t.Fatal(err)
+			}
+			if allocs != 0 {
+				t.Errorf("%v allocations per AllReduce of %d bytes over shm (both ranks), want 0", allocs, size)
+			}
+		})
 	}
 }

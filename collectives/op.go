@@ -13,13 +13,41 @@ type task struct {
 	c        *Communicator
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
+	own      bool // ctx is the operation's own, not the communicator's opCtx
 	name     string
 	seq      uint32
 	tag      uint64
 	hdr      header   // kind, dtype, op, root, count, seq; algo and phase as they run
 	step     []uint32 // per peer and direction: messages so far in this phase
 	inflight []*msg
+	msgs     *msgSlab  // where its messages come from; nil: the heap
 	start    time.Time // when the operation started running (its timeout)
+}
+
+// msgSlab keeps the messages of the running operation, reused by the
+// next: an operation in steady state allocates none.
+type msgSlab struct {
+	all  []*msg
+	used int
+}
+
+func (s *msgSlab) reset() { s.used = 0 }
+
+func (s *msgSlab) get() *msg {
+	if s.used == len(s.all) {
+		s.all = append(s.all, new(msg))
+	}
+	m := s.all[s.used]
+	s.used++
+	*m = msg{}
+	return m
+}
+
+func (o *task) newMsg() *msg {
+	if o.msgs == nil {
+		return new(msg)
+	}
+	return o.msgs.get()
 }
 
 // msg is one message in flight.
@@ -29,9 +57,22 @@ type msg struct {
 	recv bool
 	hbuf []byte
 	hb   [hdrLen]byte // hbuf's memory: one allocation per message
+	bufs [2][]byte    // hbuf and data, as P2P takes them
 	want header
 	data []byte
 	done bool
+}
+
+// recycler is a Transfer that may be reused once its caller is done
+// with it (the endpoint's).
+type recycler interface{ recycle() }
+
+// release hands the message's transfer back once it was waited for.
+func (m *msg) release() {
+	if r, ok := m.req.(recycler); ok {
+		r.recycle()
+	}
+	m.req = nil
 }
 
 // group is a set of ranks an algorithm runs among, in the order it
@@ -43,13 +84,8 @@ type group struct {
 
 func (g group) n() int { return len(g.ranks) }
 
-func (c *Communicator) whole() group {
-	r := make([]int, c.size)
-	for i := range r {
-		r[i] = i
-	}
-	return group{ranks: r, me: c.rank}
-}
+// whole returns every rank, in order; its ranks must not be changed.
+func (c *Communicator) whole() group { return c.all }
 
 // rotate returns g renumbered so that index root becomes 0.
 func (g group) rotate(root int) group {
@@ -90,22 +126,26 @@ func (o *task) send(g group, to int, data []byte) *msg {
 	peer := g.ranks[to]
 	h := o.hdr
 	h.step = o.nextStep(peer, false)
-	m := &msg{peer: peer, data: data}
+	m := o.newMsg()
+	m.peer, m.data = peer, data
 	m.hbuf = m.hb[:]
 	h.put(m.hbuf)
+	m.bufs = [2][]byte{m.hbuf, data}
 	o.c.watch(peer)
-	m.req = o.c.p2p.Isend(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
+	m.req = o.c.p2p.Isend(o.ctx, o.c.world[peer], o.tag, m.bufs[:]...)
 	o.track(m)
 	return m
 }
 
 func (o *task) recv(g group, from int, data []byte) *msg {
 	peer := g.ranks[from]
-	m := &msg{peer: peer, recv: true, want: o.hdr, data: data}
+	m := o.newMsg()
+	m.peer, m.recv, m.want, m.data = peer, true, o.hdr, data
 	m.hbuf = m.hb[:]
 	m.want.step = o.nextStep(peer, true)
+	m.bufs = [2][]byte{m.hbuf, data}
 	o.c.watch(peer)
-	m.req = o.c.p2p.Irecv(o.ctx, o.c.world[peer], o.tag, m.hbuf, data)
+	m.req = o.c.p2p.Irecv(o.ctx, o.c.world[peer], o.tag, m.bufs[:]...)
 	o.track(m)
 	return m
 }
@@ -141,6 +181,7 @@ func (o *task) wait1(m *msg) error {
 	}
 	n, err := m.req.Wait()
 	m.done = true
+	m.release()
 	if o.ctx.Err() != nil {
 		return o.ctxError(m.peer)
 	}
@@ -199,13 +240,20 @@ func (o *task) ctxError(peer int) error {
 }
 
 // finish withdraws what is still in flight and waits for it, so that no
-// buffer is touched after the operation returns.
+// buffer is touched after the operation returns. An operation that
+// waited for all its messages has nothing to withdraw.
 func (o *task) finish() {
-	o.cancel(context.Canceled)
+	for _, m := range o.inflight {
+		if !m.done {
+			o.cancel(context.Canceled)
+			break
+		}
+	}
 	for _, m := range o.inflight {
 		if !m.done {
 			m.req.Wait()
 			m.done = true
+			m.release()
 		}
 	}
 	clear(o.inflight)

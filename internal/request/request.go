@@ -6,6 +6,7 @@ package request
 import (
 	"context"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,10 +37,13 @@ type Poller interface {
 	Parking()
 }
 
-// Request is a transport.Request. The zero value is not usable; call New.
+// Request is a transport.Request. The zero value is a pending request
+// that its transport makes all progress for; New and Reset give it a
+// Poller.
 type Request struct {
 	state atomic.Uint32
-	ch    chan struct{}
+	mu    sync.Mutex    // orders a parking Wait's ch against Complete
+	ch    chan struct{} // made by the first Wait that parks, closed by Complete
 	n     int
 	err   error
 	p     Poller
@@ -49,25 +53,50 @@ var _ transport.Request = (*Request)(nil)
 
 // New returns a pending request that Wait drives with p (which may be nil).
 func New(p Poller) *Request {
-	return &Request{ch: make(chan struct{}), p: p}
+	return &Request{p: p}
 }
 
 // Done returns a request that is already complete with n and err.
 func Done(n int, err error) *Request {
-	r := &Request{n: n, err: err}
-	r.state.Store(done)
+	r := &Request{}
+	r.SetDone(n, err)
 	return r
 }
 
+// Reset makes a request that was consumed (Test or Wait reported it
+// done) pending again, to be driven with p: a transport that keeps its
+// requests for reuse calls it, once the request's user handed it back.
+func (r *Request) Reset(p Poller) {
+	r.state.Store(pending)
+	r.ch, r.n, r.err, r.p = nil, 0, nil, p
+}
+
+// SetDone makes a new or reset request complete with n and err, as Done
+// does.
+func (r *Request) SetDone(n int, err error) {
+	r.n, r.err = n, err
+	r.state.Store(done)
+}
+
+// Consumed reports whether Test or Wait reported the request done: its
+// user is finished with it.
+func (r *Request) Consumed() bool { return r.state.Load() == consumed }
+
 // Complete completes the request with n and err and reports whether this
-// call did it (only the first call does).
+// call did it (only the first call does, and none on a request made
+// complete by Done or SetDone).
 func (r *Request) Complete(n int, err error) bool {
-	if r.ch == nil || !r.state.CompareAndSwap(pending, completing) {
+	if !r.state.CompareAndSwap(pending, completing) {
 		return false
 	}
 	r.n, r.err = n, err
+	r.mu.Lock()
 	r.state.Store(done)
-	close(r.ch)
+	ch := r.ch
+	r.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
 	return true
 }
 
@@ -104,8 +133,20 @@ func (r *Request) Wait(ctx context.Context) (int, error) {
 		r.spin(ctx)
 	}
 	if r.Pending() {
+		// A channel only for a Wait that parks: most requests complete
+		// while one spins, or before anyone waits.
+		r.mu.Lock()
+		if !r.Pending() {
+			r.mu.Unlock()
+			return r.take()
+		}
+		if r.ch == nil {
+			r.ch = make(chan struct{})
+		}
+		ch := r.ch
+		r.mu.Unlock()
 		select {
-		case <-r.ch:
+		case <-ch:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}

@@ -5,9 +5,13 @@ package tagq
 // Queues is a set of FIFO queues keyed by tag. The zero value is empty and
 // ready to use. It is not safe for concurrent use.
 type Queues[T any] struct {
-	m map[uint64]*fifo[T]
-	n int
+	m     map[uint64]*fifo[T]
+	n     int
+	spare []*fifo[T] // emptied queues, for the next tags: tags change often (a collective's carries its call)
 }
+
+// maxSpare bounds the emptied queues kept for reuse.
+const maxSpare = 16
 
 type fifo[T any] struct {
 	items []T
@@ -21,7 +25,13 @@ func (q *Queues[T]) Push(tag uint64, v T) {
 	}
 	f := q.m[tag]
 	if f == nil {
-		f = &fifo[T]{}
+		if n := len(q.spare); n > 0 {
+			f = q.spare[n-1]
+			q.spare[n-1] = nil
+			q.spare = q.spare[:n-1]
+		} else {
+			f = &fifo[T]{}
+		}
 		q.m[tag] = f
 	}
 	f.items = append(f.items, v)
@@ -41,6 +51,10 @@ func (q *Queues[T]) Pop(tag uint64) (v T, ok bool) {
 	q.n--
 	if f.head == len(f.items) {
 		delete(q.m, tag) // an emptied queue costs nothing
+		if len(q.spare) < maxSpare {
+			f.items, f.head = f.items[:0], 0
+			q.spare = append(q.spare, f)
+		}
 	} else if f.head > 32 && f.head*2 > len(f.items) {
 		f.items = append(f.items[:0], f.items[f.head:]...)
 		f.head = 0

@@ -3,7 +3,6 @@
 package shm
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -287,10 +286,37 @@ type sendConn struct {
 	regMu  sync.Mutex     // one RegMR round trip at a time
 	shared map[uint64]int // regions passed to the peer: registrations
 	acks   chan sockMsg
+	free   freeList[sendReq] // requests handed back (Release), for reuse
+}
+
+// freeList keeps what a connection may reuse: requests handed back and
+// inbound records done with. Its connection's mu guards it.
+type freeList[T any] struct{ items []*T }
+
+// maxFree bounds what a free list keeps.
+const maxFree = 64
+
+// get returns a kept item, or a new one.
+func (f *freeList[T]) get() *T {
+	n := len(f.items)
+	if n == 0 {
+		return new(T)
+	}
+	v := f.items[n-1]
+	f.items[n-1] = nil
+	f.items = f.items[:n-1]
+	return v
+}
+
+func (f *freeList[T]) put(v *T) {
+	if len(f.items) < maxFree {
+		f.items = append(f.items, v)
+	}
 }
 
 type sendReq struct {
-	*request.Request
+	request.Request
+	owner    *sendConn
 	seq, tag uint64
 	buf      []byte
 	mh       *memreg.Handle
@@ -401,7 +427,8 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		return nil, transport.ErrWouldBlock
 	}
 	c.seq++
-	r := &sendReq{seq: c.seq, tag: tag, buf: buf, mh: m}
+	r := c.newReq()
+	r.seq, r.tag, r.buf, r.mh = c.seq, tag, buf, m
 	cost := uint64(len(buf) + eagerOverhead)
 	switch {
 	case m != nil && m.Region != nil && len(buf) > c.eager:
@@ -416,10 +443,11 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.eagerSent += cost
 		if len(c.out) == 0 && c.seg.data.Put(recEager, tag, r.seq, uint64(len(buf)), buf) {
 			c.ringPeer(flagParked)
-			return request.Done(len(buf), nil), nil
+			r.mh = nil
+			r.SetDone(len(buf), nil)
+			return r, nil
 		}
 	}
-	r.Request = request.New(c)
 	c.pending[r.seq] = r
 	if m != nil {
 		m.Uses.Add(1)
@@ -428,6 +456,27 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	c.flush()
 	c.settle()
 	return r, nil
+}
+
+// newReq returns a pending request, reused where one was handed back;
+// c.mu is held.
+func (c *sendConn) newReq() *sendReq {
+	r := c.free.get()
+	*r = sendReq{owner: c}
+	r.Reset(c)
+	return r
+}
+
+// Release takes back a request of this connection that its caller
+// consumed (Test or Wait reported it done) and will not use again, to be
+// reused by a later Isend. Other requests are left alone.
+func (c *sendConn) Release(tr transport.Request) {
+	if r, ok := tr.(*sendReq); ok && r.owner == c && r.Consumed() {
+		*r = sendReq{}
+		c.mu.Lock()
+		c.free.put(r)
+		c.mu.Unlock()
+	}
 }
 
 // flush copies the waiting eager and RTS records into the ring while
@@ -596,10 +645,13 @@ type recvConn struct {
 	regions  map[uint64][]byte     // the sender's regions, mapped read-only
 	gone     bool                  // the sender is gone: deliver what is here
 	kick     bool                  // something was published for the sender
+	free     freeList[recvReq]     // requests handed back (Release), for reuse
+	spare    freeList[inbound]     // inbound records done with, for reuse
 }
 
 type recvReq struct {
-	*request.Request
+	request.Request
+	owner  *recvConn
 	buf    []byte
 	mh     *memreg.Handle
 	seq    uint64
@@ -670,10 +722,14 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.held -= u.size + eagerOverhead
 		n := copy(buf, u.data)
 		c.consume(u.size)
-		return request.Done(n, memreg.Truncated("shm", u.size, n)), nil
+		r := c.newReq()
+		r.SetDone(n, memreg.Truncated("shm", u.size, n))
+		c.putInbound(u)
+		return r, nil
 	} else if ok {
 		r := c.add(buf, m)
 		c.startRdv(r, u)
+		c.putInbound(u)
 		c.publish()
 		c.settle()
 		return r, nil
@@ -683,8 +739,46 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	return r, nil
 }
 
+// newReq returns a pending request, reused where one was handed back;
+// c.mu is held.
+func (c *recvConn) newReq() *recvReq {
+	r := c.free.get()
+	*r = recvReq{owner: c}
+	r.Reset(c)
+	return r
+}
+
+// Release takes back a request of this connection that its caller
+// consumed (Test or Wait reported it done) and will not use again, to be
+// reused by a later Irecv. Other requests are left alone.
+func (c *recvConn) Release(tr transport.Request) {
+	if r, ok := tr.(*recvReq); ok && r.owner == c && r.Consumed() {
+		*r = recvReq{}
+		c.mu.Lock()
+		c.free.put(r)
+		c.mu.Unlock()
+	}
+}
+
+// newInbound returns an inbound record, reused where one is spare; c.mu
+// is held.
+func (c *recvConn) newInbound() *inbound {
+	u := c.spare.get()
+	*u = inbound{data: u.data[:0]}
+	return u
+}
+
+// putInbound keeps an inbound record that was received for reuse; c.mu
+// is held.
+func (c *recvConn) putInbound(u *inbound) {
+	if cap(u.data) <= c.t.opts.EagerLimit {
+		c.spare.put(u)
+	}
+}
+
 func (c *recvConn) add(buf []byte, m *memreg.Handle) *recvReq {
-	r := &recvReq{Request: request.New(c), buf: buf, mh: m}
+	r := c.newReq()
+	r.buf, r.mh = buf, m
 	c.pending[r] = struct{}{}
 	if m != nil {
 		m.Uses.Add(1)
@@ -881,9 +975,12 @@ func (c *recvConn) record(x rec) error {
 		if c.held > eagerWindow+eagerOverhead {
 			return fmt.Errorf("%w: the sender overran its eager credit", transport.ErrProtocol)
 		}
-		c.unexp.Push(tag, &inbound{seq: x.B, size: size, data: bytes.Clone(x.Payload)})
+		u := c.newInbound()
+		u.seq, u.size, u.data = x.B, size, append(u.data, x.Payload...)
+		c.unexp.Push(tag, u)
 	case recRTS:
-		u := &inbound{rts: true, seq: x.B, size: int(x.C)}
+		u := c.newInbound()
+		u.rts, u.seq, u.size = true, x.B, int(x.C)
 		switch len(x.Payload) {
 		case 0:
 		case 16:
@@ -903,6 +1000,7 @@ func (c *recvConn) record(x rec) error {
 		}
 		if r, ok := c.posted.Pop(x.A); ok {
 			c.startRdv(r, u)
+			c.putInbound(u)
 		} else {
 			c.unexp.Push(x.A, u)
 		}
