@@ -90,10 +90,13 @@ func (r *Request) Complete(n int, err error) bool {
 		return false
 	}
 	r.n, r.err = n, err
+	// A Wait that parks makes ch while the request is pending; from
+	// completing on it waits for done instead. Storing done is the last
+	// touch of r: whoever sees it may reuse the request at once.
 	r.mu.Lock()
-	r.state.Store(done)
 	ch := r.ch
 	r.mu.Unlock()
+	r.state.Store(done)
 	if ch != nil {
 		close(ch)
 	}
@@ -136,8 +139,12 @@ func (r *Request) Wait(ctx context.Context) (int, error) {
 		// A channel only for a Wait that parks: most requests complete
 		// while one spins, or before anyone waits.
 		r.mu.Lock()
-		if !r.Pending() {
+		if r.state.Load() != pending {
+			// Complete has begun and will not look at ch again.
 			r.mu.Unlock()
+			for r.Pending() {
+				runtime.Gosched()
+			}
 			return r.take()
 		}
 		if r.ch == nil {
