@@ -497,7 +497,11 @@ func (c *recvConn) credit(n int) {
 
 func (c *recvConn) read(i int) {
 	defer c.readers.Done()
-	br := bufio.NewReaderSize(c.conns[i], 16<<10)
+	var rd io.Reader = c.conns[i]
+	if i == 0 {
+		rd = streamReader(c.conns[i], c.t.opts.Spin)
+	}
+	br := bufio.NewReaderSize(rd, 16<<10)
 	var hb [frameSize]byte
 	for {
 		f, err := readFrame(br, &hb)

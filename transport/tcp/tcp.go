@@ -21,6 +21,7 @@ const (
 	DefaultEagerLimit  = 64 << 10
 	DefaultMaxRequests = 1024
 	DefaultPeerTimeout = 20 * time.Second
+	DefaultSpin        = 50 * time.Microsecond
 
 	// MaxStreams is the most streams one connection may use.
 	MaxStreams = 16
@@ -67,6 +68,11 @@ type Options struct {
 	// its connections fail (TCP keepalive and TCP_USER_TIMEOUT; 0 means
 	// DefaultPeerTimeout).
 	PeerTimeout time.Duration
+	// Spin is how long the reader of a connection's first stream (eager
+	// messages and control) keeps trying the socket without blocking,
+	// yielding in between, before it waits in the netpoller: each time it
+	// looks for more (0 means DefaultSpin; negative means never spin).
+	Spin time.Duration
 }
 
 // Transport is the TCP transport. Create it with New.
@@ -94,6 +100,9 @@ func New(opts Options) (*Transport, error) {
 	}
 	if opts.EagerLimit > eagerWindow/2 {
 		opts.EagerLimit = eagerWindow / 2
+	}
+	if opts.Spin == 0 {
+		opts.Spin = DefaultSpin
 	}
 	if opts.MaxRequests <= 0 {
 		opts.MaxRequests = DefaultMaxRequests

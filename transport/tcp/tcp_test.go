@@ -24,3 +24,9 @@ func TestContract(t *testing.T) {
 func TestContractOneStream(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) transport.Transport { return newLoopback(t, tcp.Options{Streams: 1}) })
 }
+
+// The contract holds with the first stream's reader blocking at once, as
+// well as spinning (the default).
+func TestContractNoSpin(t *testing.T) {
+	transporttest.Run(t, func(t *testing.T) transport.Transport { return newLoopback(t, tcp.Options{Spin: -1}) })
+}
