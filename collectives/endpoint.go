@@ -54,8 +54,9 @@ type endpoint struct {
 	hosts   []int
 	links   []*link // nil at rank
 	trs     []transport.Transport
-	pollers []poller // the connections that progress when polled
-	crowded bool     // this host runs more of the world's ranks than this rank has CPUs
+	pollers []poller      // the connections that progress when polled
+	crowded bool          // this host runs more of the world's ranks than this rank has CPUs
+	spin    time.Duration // how long a Wait polls without progress: spinFor or spinCrowded
 	plugin  *plugins.Client
 	offload Offloader // the plugin's collectives, when every rank has them
 	xfers   freeList[xfer]
@@ -116,10 +117,11 @@ type xfer struct {
 	n    int
 	err  error
 
-	one  [1][]byte            // parts of a combined message
-	reqa [2]transport.Request // backing of reqs for the common cases
-	held bool                 // a request may still be in flight: never reuse
-	rel  releaser             // the connection, when it reuses requests
+	one   [1][]byte            // parts of a combined message
+	reqa  [2]transport.Request // backing of reqs for the common cases
+	held  bool                 // a request may still be in flight: never reuse
+	small bool                 // at most combineBytes
+	rel   releaser             // the connection, when it reuses requests
 }
 
 // releaser is a transport connection that reuses the requests its caller
@@ -188,6 +190,10 @@ func (x *xfer) wait() {
 		// wait for) must go on too, and waking the transport's own
 		// goroutines costs more than the messages.
 		x.e.polling()
+		spin := spinFor
+		if x.e.crowded && x.small {
+			spin = spinCrowded
+		}
 		last := time.Now()
 		for k := 0; i < len(x.reqs); k++ {
 			if done, n, err := x.reqs[i].Test(); done {
@@ -205,7 +211,7 @@ func (x *xfer) wait() {
 				last = time.Now()
 				continue
 			}
-			if k&15 == 15 && (x.ctx.Err() != nil || time.Since(last) > spinFor) {
+			if k&15 == 15 && (x.ctx.Err() != nil || time.Since(last) > spin) {
 				break
 			}
 			if x.e.crowded {
@@ -254,10 +260,16 @@ func (x *xfer) end(total int, err error) {
 }
 
 // spinFor is how long a Transfer's Wait polls without progress before it
-// blocks. Where ranks share CPUs each turn yields the CPU; spinning longer
-// there, even yielding, was slower (4 ranks on 2 CPUs: 10 ms doubled the
-// time of a 4 KiB AllReduce).
-const spinFor = 100 * time.Microsecond
+// blocks, and spinCrowded the same for a transfer of at most combineBytes
+// where ranks share CPUs, where each turn yields the CPU: spinning longer
+// there, even yielding, was slower (4 ranks on 2 CPUs, a 4 KiB AllReduce:
+// 10 ms doubled its time; 1 ms took 1.2x, 20 us 0.7x the time of 100 us),
+// but 20 us for every transfer halved the busbw of a 256 KiB one (its
+// steps wait longer for their peers).
+const (
+	spinFor     = 100 * time.Microsecond
+	spinCrowded = 20 * time.Microsecond
+)
 
 // poller is a connection that makes progress when polled (shm's); TCP's
 // make progress on their own goroutines. Between Polling and Parking the
@@ -341,6 +353,7 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 	l := e.links[peer]
 	x := e.newXfer(ctx, peer, l.name)
 	x.rel = l.srel
+	x.small = total(bufs) <= combineBytes
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = e.getStage()
@@ -371,6 +384,7 @@ func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]by
 	l := e.links[peer]
 	x := e.newXfer(ctx, peer, l.name)
 	x.rel = l.rrel
+	x.small = total(bufs) <= combineBytes
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
 		x.stage = e.getStage()
