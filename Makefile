@@ -15,7 +15,7 @@ NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 # start of gorun and of each host's agent.
 GORUN_TAGS := urfave_cli_no_docs
 
-.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-crossover bench-plugins bench-slurm bench-scale clean
+.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-small bench-crossover bench-plugins bench-slurm bench-scale clean
 
 # gorun is built with cgo, so that it has NVML (go-nvml dlopens
 # libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
@@ -95,6 +95,11 @@ bench-mpi:
 # with memcpy/TCP limits (root for the fake hosts).
 bench-coll:
 	./bench/coll.sh
+
+# The time of one 4 KiB allreduce on this host, Open MPI against gorun builds
+# side by side (GORUNS="before=BIN after=BIN"), 2 and 4 ranks.
+bench-small:
+	./bench/small.sh
 
 # The crossover sizes of gorun's collective algorithms (root for the fake hosts).
 bench-crossover:
