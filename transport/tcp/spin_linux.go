@@ -31,6 +31,27 @@ type spinReader struct {
 	spin   time.Duration
 	window time.Duration
 	idle   int // Reads since the window closed
+
+	// The read in progress, and the functions RawConn.Read calls for it:
+	// method values made once, so that a Read allocates nothing.
+	p       []byte
+	n       int
+	err     error
+	try     func(fd uintptr) bool
+	waitFor func(fd uintptr) bool
+}
+
+// tryRead reads once, never waiting.
+func (s *spinReader) tryRead(fd uintptr) bool {
+	s.n, s.err = unix.Read(int(fd), s.p)
+	return true
+}
+
+// readOrWait reads, and has RawConn.Read wait in the netpoller while there
+// is nothing to read.
+func (s *spinReader) readOrWait(fd uintptr) bool {
+	s.n, s.err = unix.Read(int(fd), s.p)
+	return s.err != unix.EAGAIN
 }
 
 // probeEvery is how often a reader whose window closed tries spinning.
@@ -46,7 +67,9 @@ func streamReader(sc *net.TCPConn, spin time.Duration) io.Reader {
 	if err != nil {
 		return sc
 	}
-	return &spinReader{rc: rc, spin: spin, window: spin}
+	s := &spinReader{rc: rc, spin: spin, window: spin}
+	s.try, s.waitFor = s.tryRead, s.readOrWait
+	return s
 }
 
 // Read implements io.Reader.
@@ -54,8 +77,8 @@ func (s *spinReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var err error
+	s.p = p
+	defer func() { s.p = nil }()
 	start := time.Now()
 	if s.window == 0 {
 		if s.idle++; s.idle == probeEvery {
@@ -63,15 +86,12 @@ func (s *spinReader) Read(p []byte) (int, error) {
 		}
 	}
 	for i := 1; s.window > 0; i++ {
-		if cerr := s.rc.Read(func(fd uintptr) bool {
-			n, err = unix.Read(int(fd), p)
-			return true // never wait
-		}); cerr != nil {
-			return 0, cerr
+		if err := s.rc.Read(s.try); err != nil {
+			return 0, err
 		}
-		if err != unix.EAGAIN {
+		if s.err != unix.EAGAIN {
 			s.window = min(s.spin, 2*s.window)
-			return readResult(n, err)
+			return readResult(s.n, s.err)
 		}
 		if i%8 == 0 && time.Since(start) > s.window {
 			break
@@ -79,16 +99,13 @@ func (s *spinReader) Read(p []byte) (int, error) {
 		runtime.Gosched()
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 	}
-	if cerr := s.rc.Read(func(fd uintptr) bool {
-		n, err = unix.Read(int(fd), p)
-		return err != unix.EAGAIN // wait in the netpoller
-	}); cerr != nil {
-		return 0, cerr
+	if err := s.rc.Read(s.waitFor); err != nil {
+		return 0, err
 	}
 	if s.window /= 2; s.window < time.Microsecond {
 		s.window = 0
 	}
-	return readResult(n, err)
+	return readResult(s.n, s.err)
 }
 
 // readResult turns read(2)'s result into io.Reader's.
