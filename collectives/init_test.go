@@ -368,14 +368,18 @@ func TestInitLogger(t *testing.T) {
 	}
 }
 
-// A small AllReduce between two ranks over shared memory allocates
-// nothing in steady state: no task, context, message, transfer or
-// transport request per call (each is reused), so that the garbage
+// A small AllReduce between two ranks, over shared memory and over TCP,
+// allocates nothing in steady state: no task, context, message, transfer
+// or transport request per call (each is reused), so that the garbage
 // collector never runs because of collectives.
 func TestSteadyStateNoAllocs(t *testing.T) {
-	for _, size := range []int{8, 4 << 10} {
-		t.Run(collectives.FormatSize(int64(size)), func(t *testing.T) {
-			comms := pair(t, "shm")
+	for _, tc := range []struct {
+		tr   string
+		size int
+	}{{"shm", 8}, {"shm", 4 << 10}, {"tcp", 8}, {"tcp", 4 << 10}} {
+		size := tc.size
+		t.Run(tc.tr+"/"+collectives.FormatSize(int64(size)), func(t *testing.T) {
+			comms := pair(t, tc.tr)
 			if comms == nil {
 				return
 			}
@@ -417,7 +421,7 @@ func TestSteadyStateNoAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if allocs != 0 {
-				t.Errorf("%v allocations per AllReduce of %d bytes over shm (both ranks), want 0", allocs, size)
+				t.Errorf("%v allocations per AllReduce of %d bytes over %s (both ranks), want 0", allocs, size, tc.tr)
 			}
 		})
 	}

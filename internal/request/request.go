@@ -43,7 +43,7 @@ type Poller interface {
 type Request struct {
 	state atomic.Uint32
 	mu    sync.Mutex    // orders a parking Wait's ch against Complete
-	ch    chan struct{} // made by the first Wait that parks, closed by Complete
+	ch    chan struct{} // made by the first Wait that parks and kept; Complete puts a token in it
 	n     int
 	err   error
 	p     Poller
@@ -66,9 +66,16 @@ func Done(n int, err error) *Request {
 // Reset makes a request that was consumed (Test or Wait reported it
 // done) pending again, to be driven with p: a transport that keeps its
 // requests for reuse calls it, once the request's user handed it back.
+// The channel a parked Wait made stays, emptied.
 func (r *Request) Reset(p Poller) {
 	r.state.Store(pending)
-	r.ch, r.n, r.err, r.p = nil, 0, nil, p
+	r.n, r.err, r.p = 0, nil, p
+	if r.ch != nil {
+		select {
+		case <-r.ch:
+		default:
+		}
+	}
 }
 
 // SetDone makes a new or reset request complete with n and err, as Done
@@ -98,7 +105,14 @@ func (r *Request) Complete(n int, err error) bool {
 	r.mu.Unlock()
 	r.state.Store(done)
 	if ch != nil {
-		close(ch)
+		// A token, not a close, so that the channel serves the request's
+		// next use too. It may land after that use began (the request
+		// was reused as soon as done was seen): a Wait that wakes to a
+		// stale token finds its request pending and parks again.
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 	return true
 }
@@ -135,9 +149,9 @@ func (r *Request) Wait(ctx context.Context) (int, error) {
 	} else if s == pending && r.p != nil {
 		r.spin(ctx)
 	}
-	if r.Pending() {
-		// A channel only for a Wait that parks: most requests complete
-		// while one spins, or before anyone waits.
+	// A channel only for a Wait that parks: most requests complete while
+	// one spins, or before anyone waits.
+	for r.Pending() {
 		r.mu.Lock()
 		if r.state.Load() != pending {
 			// Complete has begun and will not look at ch again.
@@ -145,10 +159,10 @@ func (r *Request) Wait(ctx context.Context) (int, error) {
 			for r.Pending() {
 				runtime.Gosched()
 			}
-			return r.take()
+			break
 		}
 		if r.ch == nil {
-			r.ch = make(chan struct{})
+			r.ch = make(chan struct{}, 1)
 		}
 		ch := r.ch
 		r.mu.Unlock()

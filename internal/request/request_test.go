@@ -91,3 +91,38 @@ func TestSpin(t *testing.T) {
 		t.Fatalf("Wait = %v, polling %d", err, p.polling)
 	}
 }
+
+// A reused request keeps the channel its parked Wait made: a Complete of
+// its last use may put its token there after the request was handed back
+// and reset, and the next use's Wait must not take that stale token for
+// its own completion.
+func TestReuseStaleToken(t *testing.T) {
+	r := New(nil)
+	waited := make(chan error, 1)
+	go func() { _, err := r.Wait(context.Background()); waited <- err }()
+	time.Sleep(10 * time.Millisecond) // let the Wait park and make its channel
+	r.Complete(1, nil)
+	if err := <-waited; err != nil {
+		t.Fatalf("first use: Wait = %v", err)
+	}
+	r.Reset(nil)
+	r.ch <- struct{}{} // a late token of the first use
+	var n int
+	go func() {
+		var err error
+		n, err = r.Wait(context.Background())
+		waited <- err
+	}()
+	select {
+	case err := <-waited:
+		t.Fatalf("second use: Wait returned (%v) before Complete", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.Complete(2, nil)
+	if err := <-waited; err != nil || n != 2 {
+		t.Fatalf("second use: Wait = %d, %v; want 2, nil", n, err)
+	}
+	if ch := r.ch; ch == nil || cap(ch) != 1 {
+		t.Errorf("the parked Wait's channel was not kept: %v", ch)
+	}
+}

@@ -286,36 +286,17 @@ type sendConn struct {
 	regMu  sync.Mutex     // one RegMR round trip at a time
 	shared map[uint64]int // regions passed to the peer: registrations
 	acks   chan sockMsg
-	free   freeList[sendReq] // requests handed back (Release), for reuse
-}
-
-// freeList keeps what a connection may reuse: requests handed back and
-// inbound records done with. Its connection's mu guards it.
-type freeList[T any] struct{ items []*T }
-
-// maxFree bounds what a free list keeps.
-const maxFree = 64
-
-// get returns a kept item, or a new one.
-func (f *freeList[T]) get() *T {
-	n := len(f.items)
-	if n == 0 {
-		return new(T)
-	}
-	v := f.items[n-1]
-	f.items[n-1] = nil
-	f.items = f.items[:n-1]
-	return v
-}
-
-func (f *freeList[T]) put(v *T) {
-	if len(f.items) < maxFree {
-		f.items = append(f.items, v)
-	}
+	free   request.FreeList[sendReq] // requests handed back (Release), for reuse
 }
 
 type sendReq struct {
-	request.Request
+	request.Request // kept when the request is reused (its Wait's channel)
+	sendState
+}
+
+// sendState is what a send request holds besides its completion: made
+// anew at each use.
+type sendState struct {
 	owner    *sendConn
 	seq, tag uint64
 	buf      []byte
@@ -461,8 +442,8 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 // newReq returns a pending request, reused where one was handed back;
 // c.mu is held.
 func (c *sendConn) newReq() *sendReq {
-	r := c.free.get()
-	*r = sendReq{owner: c}
+	r := c.free.Get()
+	r.sendState = sendState{owner: c}
 	r.Reset(c)
 	return r
 }
@@ -472,9 +453,9 @@ func (c *sendConn) newReq() *sendReq {
 // reused by a later Isend. Other requests are left alone.
 func (c *sendConn) Release(tr transport.Request) {
 	if r, ok := tr.(*sendReq); ok && r.owner == c && r.Consumed() {
-		*r = sendReq{}
+		r.sendState = sendState{}
 		c.mu.Lock()
-		c.free.put(r)
+		c.free.Put(r)
 		c.mu.Unlock()
 	}
 }
@@ -637,20 +618,26 @@ type recvConn struct {
 	credit   uint64
 	posted   tagq.Queues[*recvReq]
 	unexp    tagq.Queues[*inbound]
-	held     int                   // bytes (with overhead) of unexpected eager messages
-	active   map[uint64]*recvReq   // receives whose chunks are coming
-	zjobs    []*recvReq            // zero-copy receives to copy
-	ctrlOut  []rec                 // CTS and FIN waiting for room
-	pending  map[*recvReq]struct{} // every receive in flight
-	regions  map[uint64][]byte     // the sender's regions, mapped read-only
-	gone     bool                  // the sender is gone: deliver what is here
-	kick     bool                  // something was published for the sender
-	free     freeList[recvReq]     // requests handed back (Release), for reuse
-	spare    freeList[inbound]     // inbound records done with, for reuse
+	held     int                       // bytes (with overhead) of unexpected eager messages
+	active   map[uint64]*recvReq       // receives whose chunks are coming
+	zjobs    []*recvReq                // zero-copy receives to copy
+	ctrlOut  []rec                     // CTS and FIN waiting for room
+	pending  map[*recvReq]struct{}     // every receive in flight
+	regions  map[uint64][]byte         // the sender's regions, mapped read-only
+	gone     bool                      // the sender is gone: deliver what is here
+	kick     bool                      // something was published for the sender
+	free     request.FreeList[recvReq] // requests handed back (Release), for reuse
+	spare    request.FreeList[inbound] // inbound records done with, for reuse
 }
 
 type recvReq struct {
-	request.Request
+	request.Request // kept when the request is reused (its Wait's channel)
+	recvState
+}
+
+// recvState is what a receive request holds besides its completion: made
+// anew at each use.
+type recvState struct {
 	owner  *recvConn
 	buf    []byte
 	mh     *memreg.Handle
@@ -742,8 +729,8 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 // newReq returns a pending request, reused where one was handed back;
 // c.mu is held.
 func (c *recvConn) newReq() *recvReq {
-	r := c.free.get()
-	*r = recvReq{owner: c}
+	r := c.free.Get()
+	r.recvState = recvState{owner: c}
 	r.Reset(c)
 	return r
 }
@@ -753,9 +740,9 @@ func (c *recvConn) newReq() *recvReq {
 // reused by a later Irecv. Other requests are left alone.
 func (c *recvConn) Release(tr transport.Request) {
 	if r, ok := tr.(*recvReq); ok && r.owner == c && r.Consumed() {
-		*r = recvReq{}
+		r.recvState = recvState{}
 		c.mu.Lock()
-		c.free.put(r)
+		c.free.Put(r)
 		c.mu.Unlock()
 	}
 }
@@ -763,7 +750,7 @@ func (c *recvConn) Release(tr transport.Request) {
 // newInbound returns an inbound record, reused where one is spare; c.mu
 // is held.
 func (c *recvConn) newInbound() *inbound {
-	u := c.spare.get()
+	u := c.spare.Get()
 	*u = inbound{data: u.data[:0]}
 	return u
 }
@@ -772,7 +759,7 @@ func (c *recvConn) newInbound() *inbound {
 // is held.
 func (c *recvConn) putInbound(u *inbound) {
 	if cap(u.data) <= c.t.opts.EagerLimit {
-		c.spare.put(u)
+		c.spare.Put(u)
 	}
 }
 

@@ -54,6 +54,7 @@ type sendConn struct {
 	sends  map[uint64]*sendReq // requests in flight by sequence number
 	err    error               // why the connection ended; nil while it works
 	closed bool                // Close was called
+	free   request.FreeList[sendReq]
 
 	dieOnce    sync.Once
 	dead       chan struct{}
@@ -63,12 +64,31 @@ type sendConn struct {
 }
 
 type sendReq struct {
-	*request.Request
+	request.Request // kept when the request is reused (its Wait's channel)
+	sendState
+}
+
+// sendState is what a send request holds besides its completion: made
+// anew at each use.
+type sendState struct {
+	owner *sendConn
 	seq   uint64
 	buf   []byte
 	mh    *memreg.Handle
 	rdv   bool         // sent as RTS, waiting for CTS
 	parts atomic.Int32 // writes still to finish
+}
+
+// Release takes back a request of this connection that its caller
+// consumed (Test or Wait reported it done) and will not use again, to be
+// reused by a later Isend. Other requests are left alone.
+func (c *sendConn) Release(tr transport.Request) {
+	if r, ok := tr.(*sendReq); ok && r.owner == c && r.Consumed() {
+		r.sendState = sendState{}
+		c.mu.Lock()
+		c.free.Put(r)
+		c.mu.Unlock()
+	}
 }
 
 var _ transport.SendConn = (*sendConn)(nil)
@@ -137,7 +157,9 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		return nil, transport.ErrWouldBlock
 	}
 	c.seq++
-	r := &sendReq{Request: request.New(nil), seq: c.seq, buf: buf, mh: m}
+	r := c.free.Get()
+	r.sendState = sendState{owner: c, seq: c.seq, buf: buf, mh: m}
+	r.Reset(nil)
 	c.sends[r.seq] = r
 	if m != nil {
 		m.Uses.Add(1)
@@ -319,7 +341,9 @@ type recvConn struct {
 	consumed int                   // eager bytes (with overhead) not yet credited back
 	active   map[uint64]*recvReq   // receives whose data is coming, by sequence number
 	pending  map[*recvReq]struct{} // every receive in flight
-	live     int                   // readers that did not see the end yet
+	free     request.FreeList[recvReq]
+	spare    request.FreeList[inbound] // inbound records done with, for reuse
+	live     int                       // readers that did not see the end yet
 	err      error
 	closed   bool // Close was called
 	started  bool
@@ -332,12 +356,31 @@ type recvConn struct {
 }
 
 type recvReq struct {
-	*request.Request
-	buf  []byte
-	mh   *memreg.Handle
-	size int // the message's size, once known
-	want int // bytes of it that will land in buf
-	got  atomic.Int64
+	request.Request // kept when the request is reused (its Wait's channel)
+	recvState
+}
+
+// recvState is what a receive request holds besides its completion: made
+// anew at each use.
+type recvState struct {
+	owner *recvConn
+	buf   []byte
+	mh    *memreg.Handle
+	size  int // the message's size, once known
+	want  int // bytes of it that will land in buf
+	got   atomic.Int64
+}
+
+// Release takes back a request of this connection that its caller
+// consumed (Test or Wait reported it done) and will not use again, to be
+// reused by a later Irecv. Other requests are left alone.
+func (c *recvConn) Release(tr transport.Request) {
+	if r, ok := tr.(*recvReq); ok && r.owner == c && r.Consumed() {
+		r.recvState = recvState{}
+		c.mu.Lock()
+		c.free.Put(r)
+		c.mu.Unlock()
+	}
 }
 
 // inbound is a message that arrived before its receive was posted.
@@ -421,24 +464,46 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.mu.Unlock()
 		return nil, transport.ErrWouldBlock
 	}
-	r := &recvReq{Request: request.New(nil), buf: buf, mh: m}
+	r := c.free.Get()
+	r.recvState = recvState{owner: c, buf: buf, mh: m}
+	r.Reset(nil)
 	u, ok := c.unexp.Pop(tag)
 	switch {
 	case ok && !u.rts:
 		c.held -= len(u.data) + eagerOverhead
+		n, size := copy(buf, u.data), len(u.data)
+		c.putInbound(u)
 		c.mu.Unlock()
-		n := copy(buf, u.data)
-		c.credit(len(u.data))
-		return request.Done(n, memreg.Truncated("tcp", len(u.data), n)), nil
+		c.credit(size)
+		r.mh = nil
+		r.SetDone(n, memreg.Truncated("tcp", size, n))
+		return r, nil
 	case ok:
 		c.add(r)
 		c.startRdv(r, u.seq, u.size)
+		c.putInbound(u)
 	default:
 		c.add(r)
 		c.posted.Push(tag, r)
 	}
 	c.mu.Unlock()
 	return r, nil
+}
+
+// newInbound returns an inbound record, reused where one is spare, its
+// data empty; c.mu must be held.
+func (c *recvConn) newInbound() *inbound {
+	u := c.spare.Get()
+	*u = inbound{data: u.data[:0]}
+	return u
+}
+
+// putInbound keeps an inbound record that was received, for reuse; c.mu
+// must be held.
+func (c *recvConn) putInbound(u *inbound) {
+	if cap(u.data) <= c.t.opts.EagerLimit {
+		c.spare.Put(u)
+	}
 }
 
 // unexpEager reports whether the next unexpected message of tag is an
@@ -541,11 +606,18 @@ func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
 	n := int(size)
 	c.mu.Lock()
 	r, ok := c.posted.Pop(tag)
-	c.mu.Unlock()
-	var data []byte
+	var u *inbound
 	if !ok {
-		data = make([]byte, n)
-		if _, err := io.ReadFull(br, data); err != nil {
+		u = c.newInbound()
+	}
+	c.mu.Unlock()
+	if !ok {
+		u.seq, u.size = seq, n
+		if cap(u.data) < n {
+			u.data = make([]byte, n)
+		}
+		u.data = u.data[:n]
+		if _, err := io.ReadFull(br, u.data); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -555,15 +627,18 @@ func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
 				c.mu.Unlock()
 				return fmt.Errorf("%w: the sender overran its eager credit", transport.ErrProtocol)
 			}
-			c.unexp.Push(tag, &inbound{seq: seq, size: n, data: data})
+			c.unexp.Push(tag, u)
 			c.mu.Unlock()
 			return nil
 		}
 		c.mu.Unlock()
 	}
 	got := min(n, len(r.buf))
-	if data != nil {
-		copy(r.buf, data)
+	if u != nil {
+		copy(r.buf, u.data)
+		c.mu.Lock()
+		c.putInbound(u)
+		c.mu.Unlock()
 	} else {
 		if _, err := io.ReadFull(br, r.buf[:got]); err != nil {
 			return err
@@ -588,7 +663,9 @@ func (c *recvConn) rts(tag, seq, size uint64) error {
 	if r, ok := c.posted.Pop(tag); ok {
 		c.startRdv(r, seq, int(size))
 	} else {
-		c.unexp.Push(tag, &inbound{rts: true, seq: seq, size: int(size)})
+		u := c.newInbound()
+		u.rts, u.seq, u.size = true, seq, int(size)
+		c.unexp.Push(tag, u)
 	}
 	return nil
 }
@@ -603,13 +680,16 @@ func (c *recvConn) data(br *bufio.Reader, seq, off, n uint64) error {
 	if _, err := io.ReadFull(br, r.buf[off:off+n]); err != nil {
 		return err
 	}
+	// Read before the Add: once another stream's part completes the
+	// request, its user may reuse it (Release).
+	want := int64(r.want)
 	switch got := r.got.Add(int64(n)); {
-	case got == int64(r.want):
+	case got == want:
 		c.mu.Lock()
 		delete(c.active, seq)
 		c.finish(r, r.want, memreg.Truncated("tcp", r.size, r.want))
 		c.mu.Unlock()
-	case got > int64(r.want):
+	case got > want:
 		return fmt.Errorf("%w: too much data for message %d", transport.ErrProtocol, seq)
 	}
 	return nil

@@ -80,7 +80,13 @@ type writer struct {
 	inline sync.WaitGroup // writes by callers in progress
 	wake   chan struct{}
 	exited chan struct{}
+	ibuf   []byte // an inline write's frame and data, copied: one write(2), no allocation
+	ihdr   [frameSize]byte
 }
+
+// inlineCopy is the largest inline write whose data is copied behind its
+// frame for one write(2); larger ones go out with writev, which allocates.
+const inlineCopy = 16 << 10
 
 func newWriter(c *net.TCPConn, done func(*sendReq), fail func(error)) *writer {
 	return &writer{c: c, done: done, fail: fail, wake: make(chan struct{}, 1), exited: make(chan struct{})}
@@ -126,11 +132,15 @@ func (w *writer) reserve() bool {
 // what was queued meanwhile.
 func (w *writer) writeReserved(j job) {
 	defer w.inline.Done()
-	bufs := net.Buffers{j.hdr[:]}
-	if len(j.data) > 0 {
-		bufs = append(bufs, j.data)
+	var err error
+	if len(j.data) <= inlineCopy {
+		w.ibuf = append(append(w.ibuf[:0], j.hdr[:]...), j.data...)
+		_, err = w.c.Write(w.ibuf)
+	} else {
+		w.ihdr = j.hdr // so that j stays on the stack
+		bufs := net.Buffers{w.ihdr[:], j.data}
+		_, err = bufs.WriteTo(w.c)
 	}
-	_, err := bufs.WriteTo(w.c)
 	if afterInlineWrite != nil {
 		afterInlineWrite()
 	}
