@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/transport"
 )
@@ -54,53 +55,25 @@ type endpoint struct {
 	hosts   []int
 	links   []*link // nil at rank
 	trs     []transport.Transport
-	pollers []poller      // the connections that progress when polled
-	crowded bool          // this host runs more of the world's ranks than this rank has CPUs
-	spin    time.Duration // how long a Wait polls without progress: spinFor or spinCrowded
+	pollers []poller // the connections that progress when polled
+	crowded bool     // this host runs more of the world's ranks than this rank has CPUs
 	plugin  *plugins.Client
 	offload Offloader // the plugin's collectives, when every rank has them
-	xfers   freeList[xfer]
-	stages  freeList[[]byte]
-}
-
-// freeList keeps what transfers use for the next ones: the transfers
-// themselves and the staging buffers. It is not a sync.Pool, whose
-// contents the garbage collector (and the race detector, at random)
-// throws away: an endpoint in steady state allocates nothing.
-type freeList[T any] struct {
-	mu    sync.Mutex
-	items []*T
-}
-
-// maxFreeItems bounds what a free list keeps.
-const maxFreeItems = 256
-
-func (f *freeList[T]) get() *T {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n := len(f.items); n > 0 {
-		v := f.items[n-1]
-		f.items[n-1] = nil
-		f.items = f.items[:n-1]
-		return v
-	}
-	return nil
-}
-
-func (f *freeList[T]) put(v *T) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.items) < maxFreeItems {
-		f.items = append(f.items, v)
-	}
+	// What transfers use, kept for the next ones: the transfers (a
+	// Communicator hands them back, see recycle) and staging buffers.
+	poolMu sync.Mutex
+	xfers  request.FreeList[xfer]
+	stages request.FreeList[[]byte]
 }
 
 func (e *endpoint) getStage() *[]byte {
-	if b := e.stages.get(); b != nil {
-		return b
+	e.poolMu.Lock()
+	b := e.stages.Get()
+	e.poolMu.Unlock()
+	if *b == nil {
+		*b = make([]byte, combineBytes)
 	}
-	b := make([]byte, combineBytes)
-	return &b
+	return b
 }
 
 // xfer implements Transfer over one or more transport requests.
@@ -129,10 +102,9 @@ type xfer struct {
 type releaser interface{ Release(transport.Request) }
 
 func (e *endpoint) newXfer(ctx context.Context, peer int, name string) *xfer {
-	x := e.xfers.get() // a Communicator hands them back (recycle)
-	if x == nil {
-		x = new(xfer)
-	}
+	e.poolMu.Lock()
+	x := e.xfers.Get()
+	e.poolMu.Unlock()
 	x.ctx, x.peer, x.name, x.e = ctx, peer, name, e
 	x.reqs = x.reqa[:0]
 	return x
@@ -153,7 +125,9 @@ func (x *xfer) recycle() {
 	}
 	e := x.e
 	*x = xfer{}
-	e.xfers.put(x)
+	e.poolMu.Lock()
+	e.xfers.Put(x)
+	e.poolMu.Unlock()
 }
 
 func failed(err error) *xfer {
@@ -316,7 +290,9 @@ func (x *xfer) scatter(n int) {
 
 func (x *xfer) release() {
 	if x.stage != nil {
-		x.e.stages.put(x.stage)
+		x.e.poolMu.Lock()
+		x.e.stages.Put(x.stage)
+		x.e.poolMu.Unlock()
 		x.stage = nil
 	}
 }

@@ -56,7 +56,7 @@ type msg struct {
 	peer int // comm rank
 	recv bool
 	hbuf []byte
-	hb   [hdrLen]byte // hbuf's memory: one allocation per message
+	hb   [hdrLen]byte // hbuf's memory, in the message
 	bufs [2][]byte    // hbuf and data, as P2P takes them
 	want header
 	data []byte

@@ -56,13 +56,6 @@ func New(p Poller) *Request {
 	return &Request{p: p}
 }
 
-// Done returns a request that is already complete with n and err.
-func Done(n int, err error) *Request {
-	r := &Request{}
-	r.SetDone(n, err)
-	return r
-}
-
 // Reset makes a request that was consumed (Test or Wait reported it
 // done) pending again, to be driven with p: a transport that keeps its
 // requests for reuse calls it, once the request's user handed it back.
@@ -78,8 +71,8 @@ func (r *Request) Reset(p Poller) {
 	}
 }
 
-// SetDone makes a new or reset request complete with n and err, as Done
-// does.
+// SetDone makes a new or reset request complete with n and err, for a
+// transfer done as it was posted.
 func (r *Request) SetDone(n int, err error) {
 	r.n, r.err = n, err
 	r.state.Store(done)
@@ -91,7 +84,7 @@ func (r *Request) Consumed() bool { return r.state.Load() == consumed }
 
 // Complete completes the request with n and err and reports whether this
 // call did it (only the first call does, and none on a request made
-// complete by Done or SetDone).
+// complete by SetDone).
 func (r *Request) Complete(n int, err error) bool {
 	if !r.state.CompareAndSwap(pending, completing) {
 		return false

@@ -41,7 +41,8 @@ func TestCompleteOnce(t *testing.T) {
 	if done, _, err := r.Test(); !done || !errors.Is(err, transport.ErrRequestDone) {
 		t.Fatalf("Test after Wait = %v, %v", done, err)
 	}
-	d := Done(3, nil)
+	d := new(Request)
+	d.SetDone(3, nil)
 	if done, n, err := d.Test(); !done || n != 3 || err != nil || d.Complete(4, nil) {
 		t.Fatalf("Done request: %v %d %v", done, n, err)
 	}
