@@ -150,6 +150,11 @@ func (a *agent) launch(l control.Launch) {
 			a.failRank(l.Generation, s.Rank, code, msg)
 		}
 	} else {
+		if !a.simulated() {
+			if target, src, ok := fdTarget(fdRoom(len(l.Ranks))); ok {
+				go growFDTable(src, target)
+			}
+		}
 		procs, errs := a.forkAll(p)
 		a.register(p, procs, errs, ooms)
 	}

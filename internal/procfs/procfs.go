@@ -111,3 +111,24 @@ func (fs FS) FDs(pid int) iter.Seq2[string, string] {
 		}
 	}
 }
+
+// MaxFD returns the highest descriptor number process pid has open, from
+// the names in /proc/PID/fd; -1 when they cannot be read.
+func (fs FS) MaxFD(pid int) int {
+	f, err := os.Open(fs.path(pidDir(pid), "fd"))
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return -1
+	}
+	hi := -1
+	for _, n := range names {
+		if fd, err := strconv.Atoi(n); err == nil && fd > hi {
+			hi = fd
+		}
+	}
+	return hi
+}

@@ -399,3 +399,20 @@ func TestTreeAndStatusKB(t *testing.T) {
 		t.Errorf("StatusKB(VmRSS) = %d", kb)
 	}
 }
+
+// MaxFD finds a descriptor just opened, and says -1 for a process that
+// is not there.
+func TestMaxFD(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if got, want := Proc.MaxFD(os.Getpid()), max(int(r.Fd()), int(w.Fd())); got < want {
+		t.Errorf("MaxFD = %d with descriptor %d open", got, want)
+	}
+	if got := Proc.MaxFD(1 << 30); got != -1 {
+		t.Errorf("MaxFD of no process = %d, want -1", got)
+	}
+}

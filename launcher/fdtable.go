@@ -1,0 +1,58 @@
+package launcher
+
+import (
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/procfs"
+)
+
+// fdsPerRank is how many descriptors the agent holds for each running
+// rank: the read ends of its stdout and stderr pipes, its PMI socket and
+// the write end of its stdin pipe. fdsPerForker is how many more each
+// forking goroutine holds while it forks (the child's ends).
+const (
+	fdsPerRank   = 4
+	fdsPerForker = 4
+)
+
+// fdRoom is how many descriptors a launch of n ranks holds at most.
+func fdRoom(n int) int { return fdsPerRank*n + fdsPerForker*min(n, maxForkers) }
+
+// fdTarget returns the descriptor number that this process's table must
+// reach for room more descriptors to fit above the highest one open, and
+// an open descriptor to duplicate there ([growFDTable]); ok is false when
+// the table fits them already, or cannot be read.
+func fdTarget(room int) (target, src int, ok bool) {
+	size, err := strconv.Atoi(procfs.Proc.StatusField(os.Getpid(), "FDSize"))
+	hi := procfs.Proc.MaxFD(os.Getpid())
+	if err != nil || size <= 0 || hi < 0 || hi+1+room <= size {
+		return 0, 0, false
+	}
+	return hi + room, hi, true
+}
+
+// growFDTable grows this process's descriptor table in one step to hold
+// descriptor number target, by duplicating src there and closing the
+// copy. It reports whether it did.
+//
+// Linux grows a descriptor table by doubling it, and in a multi-threaded
+// process (every Go program) each growth waits for an RCU grace period
+// (expand_fdtable's synchronize_rcu): 8-15 ms on a 2-vCPU VM, during which
+// every allocation of a descriptor beyond the old size waits too. Forking
+// 64 ranks, whose pipes and sockets the agent keeps open, grew the table
+// three times (from 64 entries to 128, 256 and 512). Grown once, from a
+// goroutine started as the fork begins, the one wait overlaps the forks
+// of the first ranks, which fit in the table as it is.
+func growFDTable(src, target int) bool {
+	fd, err := unix.FcntlInt(uintptr(src), unix.F_DUPFD_CLOEXEC, target)
+	if err != nil {
+		// src closed meanwhile, or target beyond RLIMIT_NOFILE: the table
+		// grows as the ranks need, and a fork fails as it would have.
+		return false
+	}
+	unix.Close(fd)
+	return true
+}
