@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/pluginbin"
 	"github.com/gorun/gorun/launcher/control"
-	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/plugins/pmixbridge"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -107,14 +107,14 @@ const PMIxPluginEnv = "GORUN_PMIX_PLUGIN"
 
 // findPMIxPlugin finds gorun-pmix: $GORUN_PMIX_PLUGIN, else next to the
 // running gorun (where `make build` puts it, and where staging copies it),
-// else in PATH. The file found must pass plugins.CheckBinary (an error
-// that wraps plugins.ErrUnsafe); plugins.Start checks it again.
+// else in PATH. The file found must pass pluginbin.CheckBinary (an error
+// that wraps pluginbin.ErrUnsafe); pmixbridge.Start checks it again.
 func findPMIxPlugin() (string, error) {
 	if p := os.Getenv(PMIxPluginEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("$%s: %w", PMIxPluginEnv, err)
 		}
-		if err := plugins.CheckBinary(p); err != nil {
+		if err := pluginbin.CheckBinary(p); err != nil {
 			return "", fmt.Errorf("$%s: %w", PMIxPluginEnv, err)
 		}
 		return p, nil
@@ -123,9 +123,12 @@ func findPMIxPlugin() (string, error) {
 	if exe, err := os.Executable(); err == nil {
 		dirs = append(dirs, filepath.Dir(exe))
 	}
-	p, _, err := plugins.Find(pmixbridge.Binary, dirs...)
+	p, _, err := pluginbin.Find(pmixbridge.Binary, dirs...)
 	return p, err
 }
+
+// pmixStartTimeout bounds how long the agent waits for gorun-pmix's hello.
+const pmixStartTimeout = 20 * time.Second
 
 // pmixState is one generation's PMIx server on this host: the gorun-pmix
 // plugin process and the goroutine that answers its events.
@@ -134,7 +137,6 @@ type pmixState struct {
 	gen    int
 	nspace string
 	node   int
-	plugin *plugins.Plugin
 	client *pmixbridge.Client
 	env    map[int][]string
 	cancel context.CancelFunc
@@ -160,7 +162,7 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 		_ = why
 	}
 	plug, err := findPMIxPlugin()
-	if errors.Is(err, plugins.ErrUnsafe) {
+	if errors.Is(err, pluginbin.ErrUnsafe) {
 		return nil, fmt.Errorf("the program needs a PMIx server (Open MPI or mpi4py): %w; gorun runs only a %s that nobody but you and root can change", err, pmixbridge.Binary)
 	}
 	if err != nil {
@@ -177,17 +179,15 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("PMIx: %w", err)
 	}
-	p, err := plugins.Start(plugins.Spec{
-		Name: pmixbridge.Name, Path: plug, Handshake: pmixbridge.Handshake,
-		Plugins: pmixbridge.PluginSet(nil), Stderr: a.o.Log, SocketDir: dir, PrivateSocket: true,
-		Env: []string{"TMPDIR=" + dir},
-	})
+	// libpmix makes its rendezvous files in TMPDIR: a directory of this
+	// job's, removed with the plugin.
+	client, err := pmixbridge.Start(plug, []string{"TMPDIR=" + dir}, a.o.Log, pmixStartTimeout)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &pmixState{a: a, gen: l.Generation, nspace: "gorun." + l.JobID + "." + strconv.Itoa(l.Generation),
-		node: l.NodeRank, plugin: p, client: p.Service.(*pmixbridge.Client), dir: dir}
+		node: l.NodeRank, client: client, dir: dir}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rep, err := s.client.Start(ctx, &pmixbridge.StartRequest{
@@ -291,7 +291,7 @@ func (s *pmixState) close() {
 		s.a.log.printf("PMIx: forgetting %s: %v", s.nspace, err)
 	}
 	cancel()
-	s.plugin.Kill()
+	s.client.Close()
 	s.wg.Wait()
 	os.RemoveAll(s.dir)
 }

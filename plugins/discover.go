@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/internal/pluginbin"
 )
 
 // BinaryPrefix starts the file name of every transport or collective
@@ -62,7 +63,7 @@ func Lookup(name string, extra []string) (string, error) {
 		return "", fmt.Errorf("%w: no plugin name", ErrNotFound)
 	}
 	if strings.ContainsRune(name, '/') {
-		if isExec(name) {
+		if pluginbin.IsExec(name) {
 			return name, CheckBinary(name)
 		}
 		return "", fmt.Errorf("%w: %s is not an executable file", ErrNotFound, name)
@@ -70,7 +71,7 @@ func Lookup(name string, extra []string) (string, error) {
 	dirs := Dirs(extra)
 	for _, d := range dirs {
 		p := filepath.Join(d, BinaryPrefix+name)
-		if isExec(p) {
+		if pluginbin.IsExec(p) {
 			return p, CheckBinary(p)
 		}
 	}
@@ -85,11 +86,6 @@ func problem(err error) string {
 		return ue.Problem()
 	}
 	return err.Error()
-}
-
-func isExec(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
 }
 
 // Candidate is a plugin binary found in a plugin directory.
@@ -130,7 +126,7 @@ func Discover(dirs []string) []Candidate {
 			p := filepath.Join(d, n)
 			c := Candidate{Name: strings.TrimPrefix(n, BinaryPrefix), Path: p}
 			switch {
-			case !isExec(p):
+			case !pluginbin.IsExec(p):
 				c.Problem = "not an executable file"
 			case seen[c.Name]:
 				c.Shadowed = true

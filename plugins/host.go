@@ -1,19 +1,18 @@
 package plugins
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+
+	"github.com/gorun/gorun/internal/pluginbin"
 )
 
 // Spec says which plugin to start and how to talk to it.
@@ -103,7 +102,7 @@ func Start(s Spec) (*Plugin, error) {
 		return nil, fmt.Errorf("plugin %s: %w", s.Name, err)
 	}
 	cmd := exec.Command(s.Path, s.Args...)
-	cmd.Env = append(withoutSecrets(os.Environ()), s.Env...)
+	cmd.Env = append(pluginbin.Environ(os.Environ()), s.Env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.ExtraFiles = s.ExtraFiles
 	stderr := s.Stderr
@@ -184,51 +183,26 @@ func cleanErr(err error) string {
 }
 
 // ErrNotFound is returned by Find when no plugin binary is found.
-var ErrNotFound = errors.New("plugin not found")
+var ErrNotFound = pluginbin.ErrNotFound
 
 // Find looks for the plugin binary named name: in the directories of dirs
-// first (in order), then in PATH. It returns the path and the places it
-// looked, for an error message. The first binary found must pass
-// CheckBinary: otherwise Find returns its path with the *UnsafeError.
+// first (in order), then in PATH (see [pluginbin.Find]).
 func Find(name string, dirs ...string) (string, []string, error) {
-	var looked []string
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		p := filepath.Join(d, name)
-		looked = append(looked, p)
-		if isExec(p) {
-			return p, looked, CheckBinary(p)
-		}
-	}
-	looked = append(looked, "$PATH")
-	if p, err := exec.LookPath(name); err == nil {
-		return p, looked, CheckBinary(p)
-	}
-	return "", looked, fmt.Errorf("%w: %s (looked in %s)", ErrNotFound, name, strings.Join(looked, ", "))
+	return pluginbin.Find(name, dirs...)
 }
 
-// SecretEnv names the variables that Start never passes on to a plugin,
-// although the process that starts it may have them: GORUN_JOB_SECRET,
-// the job's rendezvous secret (in every rank's environment, which is
-// where transport and collective plugins start); GORUN_AGENT_KEY, the key
-// an agent started by srun proves itself to the head with (the agent
-// removes it from its own environment; this is in case it did not); and
-// SSH_AUTH_SOCK, the user's ssh-agent, forwarded to the agents of a launch
-// tree. A plugin runs as the same user and could read its parent's
-// environment from /proc, so this is not a wall: it keeps the secrets out
-// of what plugins pass on, log or dump.
-var SecretEnv = []string{"GORUN_JOB_SECRET", "GORUN_AGENT_KEY", "SSH_AUTH_SOCK"}
+// SecretEnv names the variables that Start never passes on to a plugin
+// (see [pluginbin.SecretEnv]).
+var SecretEnv = pluginbin.SecretEnv
 
-// withoutSecrets returns environ without the variables of SecretEnv.
-func withoutSecrets(environ []string) []string {
-	out := make([]string, 0, len(environ))
-	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(SecretEnv, name) {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
+// ErrUnsafe is wrapped by the errors of a plugin binary that gorun refuses
+// to run (see [pluginbin.CheckBinary]).
+var ErrUnsafe = pluginbin.ErrUnsafe
+
+// UnsafeError says why gorun refuses to run a plugin binary.
+type UnsafeError = pluginbin.UnsafeError
+
+// CheckBinary returns an *UnsafeError when a user other than this
+// process's user or root could have written the binary at path or could
+// replace it before it runs (see [pluginbin.CheckBinary]).
+func CheckBinary(path string) error { return pluginbin.CheckBinary(path) }

@@ -39,9 +39,10 @@ var srv = &server{
 	initDone: make(chan struct{}),
 }
 
-// startInit starts libpmix's server at once, while go-plugin's handshake
-// runs: it takes tens of milliseconds (it reads the node's topology). Its
-// directory is the private TMPDIR the agent made for it.
+// startInit starts libpmix's server at once, while the hello goes to the
+// agent and its first call comes: it takes tens of milliseconds (it reads
+// the node's topology). Its directory is the private TMPDIR the agent made
+// for it.
 func (s *server) startInit() {
 	go func() {
 		defer close(s.initDone)

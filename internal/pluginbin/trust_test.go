@@ -1,4 +1,4 @@
-package plugins
+package pluginbin
 
 import (
 	"errors"
@@ -105,47 +105,29 @@ func TestCheckBinary(t *testing.T) {
 	}
 }
 
-// Discover marks a refused plugin, which shadows a later one of the same
-// name (as Lookup refuses it rather than take the later one), and Find
-// refuses gorun-pmix next to gorun when it is unsafe.
-func TestDiscoverAndFindRefuse(t *testing.T) {
-	root := t.TempDir()
-	bad := dirWith(t, filepath.Join(root, "bad"), 0o777)
-	good := dirWith(t, filepath.Join(root, "good"), 0o755)
-	for _, d := range []string{bad, good} {
-		if err := os.WriteFile(filepath.Join(d, BinaryPrefix+"x"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, "gorun-pmix"), []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cs := Discover([]string{bad, good})
-	if len(cs) != 2 || !strings.HasPrefix(cs[0].Problem, "refused: "+bad+" is writable by others") || !cs[1].Shadowed {
-		t.Errorf("Discover = %+v", cs)
-	}
-	if p, err := Lookup("x", []string{bad, good}); !errors.Is(err, ErrUnsafe) || p != filepath.Join(bad, BinaryPrefix+"x") {
-		t.Errorf("Lookup = %q, %v", p, err)
-	}
-	if p, _, err := Find("gorun-pmix", bad, good); !errors.Is(err, ErrUnsafe) || p != filepath.Join(bad, "gorun-pmix") {
-		t.Errorf("Find = %q, %v", p, err)
-	}
-	if p, _, err := Find("gorun-pmix", good); err != nil || p != filepath.Join(good, "gorun-pmix") {
-		t.Errorf("Find = %q, %v", p, err)
-	}
-}
-
 // SecretEnv covers the secret that package env puts in a rank's
-// environment, and withoutSecrets removes exactly those variables.
-func TestWithoutSecrets(t *testing.T) {
+// environment, and Environ removes exactly those variables.
+func TestEnviron(t *testing.T) {
 	const secret = "0123456789abcdef01234567"
-	for _, kv := range withoutSecrets(env.Vars(env.Rank{JobID: "j", Secret: secret, AgentSocket: "/run/sock"})) {
+	for _, kv := range Environ(env.Vars(env.Rank{JobID: "j", Secret: secret, AgentSocket: "/run/sock"})) {
 		if strings.Contains(kv, secret) {
 			t.Errorf("a rank's %s is passed on", kv)
 		}
 	}
-	got := withoutSecrets([]string{"A=1", "GORUN_JOB_SECRET=s", "GORUN_AGENT_KEY=k", "SSH_AUTH_SOCK=/x", "GORUN_JOB_SECRETX=2", "B"})
+	got := Environ([]string{"A=1", "GORUN_JOB_SECRET=s", "GORUN_AGENT_KEY=k", "SSH_AUTH_SOCK=/x", "GORUN_JOB_SECRETX=2", "B"})
 	if strings.Join(got, " ") != "A=1 GORUN_JOB_SECRETX=2 B" {
-		t.Errorf("withoutSecrets = %q", got)
+		t.Errorf("Environ = %q", got)
 	}
+}
+
+// dirWith makes directory p with mode (past the umask).
+func dirWith(t *testing.T, p string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
