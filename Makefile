@@ -15,18 +15,24 @@ NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 # start of gorun and of each host's agent.
 GORUN_TAGS := urfave_cli_no_docs
 
-.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-small bench-crossover bench-plugins bench-slurm bench-scale clean
+.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-small bench-startcost bench-crossover bench-plugins bench-slurm bench-scale clean
 
 # gorun is built with cgo, so that it has NVML (go-nvml dlopens
 # libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
 # glibc dynamically; gorun-static next to it (no cgo) is what gorun copies
 # to hosts whose glibc is older than gorun needs. Without a C compiler,
-# gorun is a static build too, without NVML. gorun-pmix, the PMIx plugin
-# for Open MPI programs, links libpmix (libpmix-dev) and sits next to them.
+# gorun is a static build too, without NVML. Both are the launcher build
+# (-tags launcher_only): without Go's collective runtime and the plugin
+# host, and so without go-plugin and gRPC, whose initialisation cost every
+# gorun process 1.5-2 ms. gorun-tools is the full build (static, so that
+# any host runs it), which gorun runs for gorun bench, gorun plugins and
+# --plugin-check. gorun-pmix, the PMIx plugin for Open MPI programs, links
+# libpmix (libpmix-dev). All sit next to each other.
 build: plugins
 	@if [ "$(CGO)" = 0 ]; then echo "note: no C compiler ($$($(GO) env CC)): gorun built without cgo, so without NVML"; fi
-	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -tags $(GORUN_TAGS) -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
-	CGO_ENABLED=0 $(GO) build -tags $(GORUN_TAGS) -ldflags "$(LDFLAGS)" -o gorun-static ./cmd/gorun
+	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -tags $(GORUN_TAGS),launcher_only -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
+	CGO_ENABLED=0 $(GO) build -tags $(GORUN_TAGS),launcher_only -ldflags "$(LDFLAGS)" -o gorun-static ./cmd/gorun
+	CGO_ENABLED=0 $(GO) build -tags $(GORUN_TAGS) -ldflags "$(LDFLAGS)" -o gorun-tools ./cmd/gorun
 	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o gorun-pmix ./plugins/pmix; \
 	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
@@ -101,6 +107,9 @@ bench-coll:
 bench-small:
 	./bench/small.sh
 
+bench-startcost:
+	./bench/startcost.sh
+
 # The crossover sizes of gorun's collective algorithms (root for the fake hosts).
 bench-crossover:
 	./bench/crossover.sh
@@ -122,4 +131,4 @@ bench-slurm:
 	./bench/slurm.sh
 
 clean:
-	rm -rf gorun gorun-static gorun-pmix lib bench/.bin bench/results
+	rm -rf gorun gorun-static gorun-tools gorun-pmix lib bench/.bin bench/results

@@ -263,7 +263,7 @@ func (s *SSHStarter) with() string {
 // binary exe, or "": the file of that name next to exe (where `make build`
 // puts it), if there is one and the job may need PMIx: never with mode
 // PMIxOff (or ""), always with PMIxOn, and with PMIxAuto when
-// programMayNeedPMIx says so. Staging it costs the copy of some 18 MB, on
+// programMayNeedPMIx says so. Staging it costs the copy of some 4 MB, on
 // the first job only, which jobs that need no PMIx are spared.
 func pmixToStage(exe, mode string, argv []string) string {
 	if mode == "" || mode == PMIxOff {

@@ -192,8 +192,11 @@ func run(args []string) (int, error) {
 	for _, n := range notes {
 		fmt.Fprintf(os.Stderr, "gorun: note: %s\n", n)
 	}
-	app := newApp(os.Stdout, os.Stderr)
-	err = app.Run(benchArgs(args))
+	if needsTools(args) {
+		err = execTools("gorun bench")
+	} else {
+		err = newApp(os.Stdout, os.Stderr).Run(benchArgs(args))
+	}
 	var ee errExit
 	switch {
 	case err == nil:

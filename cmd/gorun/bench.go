@@ -1,3 +1,5 @@
+//go:build !launcher_only
+
 package main
 
 import (
@@ -50,7 +52,7 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 	)
 	return &cli.Command{
 		Name:      "bench",
-		Usage:     "measure a collective as nccl-tests does: time, algbw and busbw per size (gorun bench allreduce -np 4 -b 8 -e 256M -f 2)",
+		Usage:     benchUsage,
 		ArgsUsage: "COLLECTIVE (" + strings.Join(collbench.Collectives, ", ") + ", or all)",
 		Flags:     flags,
 		Action: func(c *cli.Context) error {
@@ -65,12 +67,10 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 // not a flag, and a subcommand reads its own flags, so the command becomes
 // `gorun bench FLAGS... COLLECTIVE`.
 func benchArgs(args []string) []string {
-	for i := 1; i+1 < len(args); i++ {
-		if args[i] == "bench" && (slices.Contains(collbench.Collectives, args[i+1]) || args[i+1] == collbench.All) {
-			out := append([]string{args[0], "bench"}, args[1:i]...)
-			out = append(out, args[i+2:]...)
-			return append(out, args[i+1])
-		}
+	if i := benchIndex(args); i >= 0 {
+		out := append([]string{args[0], "bench"}, args[1:i]...)
+		out = append(out, args[i+2:]...)
+		return append(out, args[i+1])
 	}
 	return args
 }

@@ -8,9 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/launcher"
-	"github.com/gorun/gorun/plugins/plugintest"
 )
 
 // mainStart is when gorun's main package was initialised: after the
@@ -25,13 +23,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
 		os.Exit(127)
 	}
-	if len(os.Args) > 1 && os.Args[1] == benchWorker {
-		os.Exit(collbench.RankMain())
-	}
-	if path := os.Getenv(plugintest.EnvPath); path != "" {
-		// gorun plugins test's child: the contract suite (it exits).
-		plugintest.Main(path)
-	}
+	child() // a gorun bench rank or gorun plugins test's suite (the full build's)
 	code, err := run(os.Args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)

@@ -1,3 +1,5 @@
+//go:build !launcher_only
+
 package main
 
 import (
@@ -22,7 +24,7 @@ func pluginsCommand(stdout, stderr io.Writer) *cli.Command {
 	dirFlag := &cli.StringSliceFlag{Name: "plugin-dir", Usage: "look in `DIR` first (repeatable)"}
 	return &cli.Command{
 		Name:  "plugins",
-		Usage: "list the transport and collective plugins found, or test one (see gorun-plugin(7))",
+		Usage: pluginsUsage,
 		Subcommands: []*cli.Command{
 			{
 				Name:  "list",
@@ -103,15 +105,8 @@ func testPlugin(c *cli.Context, stdout, stderr io.Writer) error {
 // preflightPlugin runs the quick contract suite against the job's plugin
 // on this host when --plugin-check asks for it, before anything starts.
 func preflightPlugin(c *cli.Context, o launcher.Options, stdout, stderr io.Writer) error {
-	if o.Plugin.Name == "" || o.DryRun {
-		return nil // no plugin: not even the configuration again (0.6 ms of every job)
-	}
-	cfg, err := loadConfig(c)
-	if err != nil {
+	if on, err := pluginCheckOn(c, o); err != nil || !on {
 		return err
-	}
-	if !read(cfg).on("plugin-check") {
-		return nil
 	}
 	path, err := plugins.Lookup(o.Plugin.Name, o.Plugin.Dirs)
 	if err != nil {
