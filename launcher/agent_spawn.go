@@ -151,8 +151,8 @@ func (a *agent) launch(l control.Launch) {
 		}
 	} else {
 		if !a.simulated() {
-			if target, src, ok := fdTarget(fdRoom(len(l.Ranks))); ok {
-				go growFDTable(src, target)
+			if target, ok := fdTarget(fdRoom(len(l.Ranks))); ok {
+				go growFDTable(target)
 			}
 		}
 		procs, errs := a.forkAll(p)

@@ -22,21 +22,22 @@ const (
 func fdRoom(n int) int { return fdsPerRank*n + fdsPerForker*min(n, maxForkers) }
 
 // fdTarget returns the descriptor number that this process's table must
-// reach for room more descriptors to fit above the highest one open, and
-// an open descriptor to duplicate there ([growFDTable]); ok is false when
-// the table fits them already, or cannot be read.
-func fdTarget(room int) (target, src int, ok bool) {
+// hold for room more descriptors to open beside those open now, and false
+// when the table holds them already (or cannot be read). New descriptors
+// take the lowest free numbers, so what counts is how many are open, not
+// the highest: one inherited at 251 leaves the 240 below it free.
+func fdTarget(room int) (target int, ok bool) {
 	size, err := strconv.Atoi(procfs.Proc.StatusField(os.Getpid(), "FDSize"))
-	hi := procfs.Proc.MaxFD(os.Getpid())
-	if err != nil || size <= 0 || hi < 0 || hi+1+room <= size {
-		return 0, 0, false
+	open := procfs.Proc.FDCount(os.Getpid())
+	if err != nil || size <= 0 || open < 0 || open+room <= size {
+		return 0, false
 	}
-	return hi + room, hi, true
+	return open + room, true
 }
 
 // growFDTable grows this process's descriptor table in one step to hold
-// descriptor number target, by duplicating src there and closing the
-// copy. It reports whether it did.
+// descriptor number target, by duplicating a descriptor there and closing
+// the copy. It reports whether it did.
 //
 // Linux grows a descriptor table by doubling it, and in a multi-threaded
 // process (every Go program) each growth waits for an RCU grace period
@@ -46,11 +47,16 @@ func fdTarget(room int) (target, src int, ok bool) {
 // three times (from 64 entries to 128, 256 and 512). Grown once, from a
 // goroutine started as the fork begins, the one wait overlaps the forks
 // of the first ranks, which fit in the table as it is.
-func growFDTable(src, target int) bool {
-	fd, err := unix.FcntlInt(uintptr(src), unix.F_DUPFD_CLOEXEC, target)
+func growFDTable(target int) bool {
+	null, err := os.Open(os.DevNull)
 	if err != nil {
-		// src closed meanwhile, or target beyond RLIMIT_NOFILE: the table
-		// grows as the ranks need, and a fork fails as it would have.
+		return false
+	}
+	defer null.Close()
+	fd, err := unix.FcntlInt(null.Fd(), unix.F_DUPFD_CLOEXEC, target)
+	if err != nil {
+		// Target beyond RLIMIT_NOFILE: the table grows as the ranks
+		// need, and a fork fails as it would have.
 		return false
 	}
 	unix.Close(fd)

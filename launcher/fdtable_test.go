@@ -21,33 +21,40 @@ func fdSize(t *testing.T) int {
 }
 
 // The table grows in one step to the launch's room, leaves no descriptor
-// open behind it, and is then found to fit; a target beyond the open-file
-// limit grows nothing. Not parallel: other tests' descriptors would move
-// the highest one.
+// open behind it, and is then found to fit; a descriptor open high up
+// does not count as room taken; a target beyond the open-file limit grows
+// nothing. Not parallel: other tests' descriptors would move the count.
 func TestGrowFDTable(t *testing.T) {
 	size := fdSize(t)
-	if _, _, short := fdTarget(0); short {
-		t.Fatalf("a table of %d entries with %d open is short of room for none", size, procfs.Proc.MaxFD(os.Getpid())+1)
+	if _, short := fdTarget(0); short {
+		t.Fatalf("a table of %d entries with %d open is short of room for none", size, procfs.Proc.FDCount(os.Getpid()))
 	}
+	// One descriptor at the table's top: the room below it is free.
+	high, err := unix.FcntlInt(uintptr(unix.Stderr), unix.F_DUPFD_CLOEXEC, size-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, short := fdTarget(8); short {
+		t.Errorf("descriptor %d open: short of room for 8 more in a table of %d", high, size)
+	}
+	unix.Close(high)
+
 	room := size + fdRoom(64) // beyond what the table holds now
-	target, src, short := fdTarget(room)
-	if !short {
-		t.Fatalf("a table of %d entries fits %d more descriptors", size, room)
+	target, short := fdTarget(room)
+	open := procfs.Proc.FDCount(os.Getpid())
+	if !short || target != open+room {
+		t.Fatalf("fdTarget(%d) = %d, %v with %d open in a table of %d; want %d, true", room, target, short, open, size, open+room)
 	}
-	hi := procfs.Proc.MaxFD(os.Getpid())
-	if target != hi+room || src != hi {
-		t.Fatalf("fdTarget(%d) = %d from %d, want %d from %d", room, target, src, hi+room, hi)
-	}
-	if !growFDTable(src, target) {
-		t.Fatalf("growFDTable(%d, %d) failed", src, target)
+	if !growFDTable(target) {
+		t.Fatalf("growFDTable(%d) failed", target)
 	}
 	if got := fdSize(t); got <= target {
 		t.Errorf("table of %d entries after growing it to hold descriptor %d", got, target)
 	}
-	if got := procfs.Proc.MaxFD(os.Getpid()); got != hi {
-		t.Errorf("highest open descriptor %d after growing, %d before: the copy was left open", got, hi)
+	if got := procfs.Proc.FDCount(os.Getpid()); got != open {
+		t.Errorf("%d descriptors open after growing, %d before: one was left open", got, open)
 	}
-	if _, _, short := fdTarget(room); short {
+	if _, short := fdTarget(room); short {
 		t.Errorf("still short of room for %d after growing to %d entries", room, fdSize(t))
 	}
 
@@ -56,7 +63,7 @@ func TestGrowFDTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := fdSize(t)
-	if growFDTable(src, int(min(lim.Cur, 1<<30))+8) {
+	if growFDTable(int(min(lim.Cur, 1<<30)) + 8) {
 		t.Errorf("grew the table beyond the open-file limit %d", lim.Cur)
 	}
 	if got := fdSize(t); got != before {

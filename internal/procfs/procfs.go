@@ -112,9 +112,9 @@ func (fs FS) FDs(pid int) iter.Seq2[string, string] {
 	}
 }
 
-// MaxFD returns the highest descriptor number process pid has open, from
-// the names in /proc/PID/fd; -1 when they cannot be read.
-func (fs FS) MaxFD(pid int) int {
+// FDCount returns how many descriptors process pid has open, from
+// /proc/PID/fd; -1 when it cannot be read.
+func (fs FS) FDCount(pid int) int {
 	f, err := os.Open(fs.path(pidDir(pid), "fd"))
 	if err != nil {
 		return -1
@@ -124,11 +124,5 @@ func (fs FS) MaxFD(pid int) int {
 	if err != nil {
 		return -1
 	}
-	hi := -1
-	for _, n := range names {
-		if fd, err := strconv.Atoi(n); err == nil && fd > hi {
-			hi = fd
-		}
-	}
-	return hi
+	return len(names)
 }

@@ -400,19 +400,20 @@ func TestTreeAndStatusKB(t *testing.T) {
 	}
 }
 
-// MaxFD finds a descriptor just opened, and says -1 for a process that
-// is not there.
-func TestMaxFD(t *testing.T) {
+// FDCount counts two more descriptors after a pipe, and says -1 for a
+// process that is not there.
+func TestFDCount(t *testing.T) {
+	before := Proc.FDCount(os.Getpid())
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
 	defer w.Close()
-	if got, want := Proc.MaxFD(os.Getpid()), max(int(r.Fd()), int(w.Fd())); got < want {
-		t.Errorf("MaxFD = %d with descriptor %d open", got, want)
+	if got := Proc.FDCount(os.Getpid()); got != before+2 {
+		t.Errorf("FDCount = %d with a pipe open, %d before", got, before)
 	}
-	if got := Proc.MaxFD(1 << 30); got != -1 {
-		t.Errorf("MaxFD of no process = %d, want -1", got)
+	if got := Proc.FDCount(1 << 30); got != -1 {
+		t.Errorf("FDCount of no process = %d, want -1", got)
 	}
 }
