@@ -100,6 +100,16 @@ func fanoutParent(i, k int) int {
 	return i/k - 1
 }
 
+// below says whether node lies below node top in the job's launch tree.
+func (h *head) below(node, top int) bool {
+	for p := fanoutParent(node, h.o.Fanout); p >= 0; p = fanoutParent(p, h.o.Fanout) {
+		if p == top {
+			return true
+		}
+	}
+	return false
+}
+
 // spawnErr is the agent's answer when a lower agent could not start, or
 // its stream failed.
 type spawnErr struct {

@@ -68,6 +68,7 @@ type genState struct {
 	res        result
 	failedAt   time.Time // when a rank's exit made res a failure (onExited); zero otherwise, and when an abort is the first
 	lostAt     time.Time // when an agent's loss made res a failure (onAgentLost); zero otherwise
+	lostNode   int       // the node whose agent's loss res names; -1 when none
 	pending    int       // agents launched that have neither said Done nor been lost
 	started    int       // ranks that have started
 	stopping   bool      // Kill was sent to every agent
@@ -90,7 +91,7 @@ type genState struct {
 }
 
 func (h *head) newGen(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) *genState {
-	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lastSig: map[syscall.Signal]time.Time{}, headSig: map[syscall.Signal]time.Time{}, now: time.Now,
+	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lostNode: -1, lastSig: map[syscall.Signal]time.Time{}, headSig: map[syscall.Signal]time.Time{}, now: time.Now,
 		sigs: sigs, timeout: timeout, done: ctx.Done()}
 }
 
@@ -268,8 +269,15 @@ func (g *genState) onAgentLost(e agentLost) {
 	}
 	a.gone = true
 	g.pending--
-	if g.end(result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))}) {
-		g.lostAt = g.now()
+	r := result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))}
+	switch {
+	case g.end(r):
+		g.lostAt, g.lostNode = g.now(), e.node
+	case g.res.reason == reasonAgentLost && g.lostNode >= 0 && h.below(g.lostNode, e.node):
+		// The agent named so far was below this one in the launch tree:
+		// this one's end took it along (a host whose lower agents' streams
+		// ended before its own did), so the job names this one.
+		g.res, g.lostNode = r, e.node
 	}
 	h.markLost(e.node, g.gen)
 	g.stopOnce()

@@ -491,6 +491,34 @@ func TestGenerationHandlers(t *testing.T) {
 	}
 }
 
+// A host lost below another in the launch tree was taken along by it: the
+// job names the one above, whichever loss the head heard first; without a
+// tree the first is named.
+func TestLostAgentNamesTheTop(t *testing.T) {
+	t.Parallel()
+	tree := "lost the agent on h0: connection reset; the 1 host below it in the launch tree went with it: h1"
+	for _, tt := range []struct {
+		name   string
+		fanout int
+		events []event
+		want   string
+	}{
+		{"the lower host's loss first", 1, []event{evLost(1, "its control channel closed"), evLost(0, "connection reset")}, tree},
+		{"the upper host's loss first", 1, []event{evLost(0, "connection reset"), evLost(1, "its control channel closed")}, tree},
+		{"no tree", 0, []event{evLost(1, "its control channel closed"), evLost(0, "connection reset")}, "lost the agent on h1: its control channel closed"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			g := newTestGen(t, Options{Fanout: tt.fanout})
+			g.feed(tt.events...)
+			s, _ := g.h.summary(g.res)
+			if g.res.reason != reasonAgentLost || s.Message != tt.want || s.ExitCode != ExitLaunch {
+				t.Errorf("reason %d, exit %d, message %q\nwant %d, %d, %q", g.res.reason, s.ExitCode, s.Message, reasonAgentLost, ExitLaunch, tt.want)
+			}
+		})
+	}
+}
+
 // Fences: the head answers every host when all have arrived, with what
 // all put; a fence some host never reaches fails the job naming its ranks.
 func TestGenerationFence(t *testing.T) {
