@@ -9,9 +9,6 @@ import (
 	"github.com/gorun/gorun/plugins/plugintest"
 )
 
-// launcherOnly says this is the launcher build (tools.go); this is the full one.
-const launcherOnly = false
-
 // child runs what this process was started for when it is a `gorun bench`
 // rank or `gorun plugins test`'s suite, and does not return then.
 func child() {

@@ -10,9 +10,6 @@ import (
 	"github.com/gorun/gorun/launcher"
 )
 
-// launcherOnly says this is the launcher build (tools.go).
-const launcherOnly = true
-
 // child is the full build's; the launcher build starts no bench rank and
 // no plugin suite (gorun-tools does).
 func child() {}
