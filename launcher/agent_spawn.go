@@ -151,9 +151,7 @@ func (a *agent) launch(l control.Launch) {
 		}
 	} else {
 		if !a.simulated() {
-			if target, ok := fdTarget(fdRoom(len(l.Ranks))); ok {
-				go growFDTable(target)
-			}
+			growForLaunch(len(l.Ranks))
 		}
 		procs, errs := a.forkAll(p)
 		a.register(p, procs, errs, ooms)

@@ -18,6 +18,24 @@ const (
 	fdsPerForker = 4
 )
 
+// fdMinTable is the smallest descriptor table Linux makes (BITS_PER_LONG
+// entries), and each growth at least doubles it.
+const fdMinTable = 64
+
+// growForLaunch grows the table ahead of a launch of n ranks, in the
+// background, when the launch's descriptors would not fit (growFDTable).
+// A launch whose room is below fdMinTable grows the table once at most,
+// which growing ahead would not spare: it reads nothing of /proc.
+func growForLaunch(n int) {
+	room := fdRoom(n)
+	if room < fdMinTable {
+		return
+	}
+	if target, ok := fdTarget(room); ok {
+		go growFDTable(target)
+	}
+}
+
 // fdRoom is how many descriptors a launch of n ranks holds at most.
 func fdRoom(n int) int { return fdsPerRank*n + fdsPerForker*min(n, maxForkers) }
 

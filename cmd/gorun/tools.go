@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/internal/pluginbin"
 	"github.com/gorun/gorun/launcher"
 )
 
@@ -54,36 +55,22 @@ func benchIndex(args []string) int {
 // findTools returns gorun-tools: next to this gorun's own binary, else
 // in PATH.
 func findTools() (string, error) {
-	var looked []string
+	where := ""
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), toolsBinary)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		if pluginbin.IsExec(p) {
 			return p, nil
 		}
-		looked = append(looked, p)
+		where = "at " + p + " or "
 	}
-	if p, err := exec.LookPath(toolsBinary); err == nil {
+	p, err := exec.LookPath(toolsBinary)
+	switch {
+	case err == nil:
 		return p, nil
-	} else if !errors.Is(err, exec.ErrNotFound) {
+	case !errors.Is(err, exec.ErrNotFound):
 		return "", err
 	}
-	looked = append(looked, "$PATH")
-	return "", fmt.Errorf("%s is not at %s", toolsBinary, joinOr(looked))
-}
-
-// joinOr joins a list as "a, b or c".
-func joinOr(s []string) string {
-	switch len(s) {
-	case 0:
-		return ""
-	case 1:
-		return s[0]
-	}
-	out := s[0]
-	for _, x := range s[1 : len(s)-1] {
-		out += ", " + x
-	}
-	return out + " or in " + s[len(s)-1]
+	return "", fmt.Errorf("%s is not %sin $PATH", toolsBinary, where)
 }
 
 // execTools replaces this process with gorun-tools, given this process's

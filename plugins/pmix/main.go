@@ -17,7 +17,7 @@ import (
 func main() {
 	if os.Getenv(pmixbridge.CookieKey) != pmixbridge.CookieValue {
 		// Run by hand: say so, without starting libpmix.
-		fmt.Fprintf(os.Stderr, "%s: %v\n", pmixbridge.Binary, pmixbridge.Serve(nil))
+		fmt.Fprintf(os.Stderr, "%s: %v\n", pmixbridge.Binary, pmixbridge.ErrByHand)
 		os.Exit(1)
 	}
 	srv.startInit()

@@ -40,6 +40,10 @@ type hello struct {
 	Version int    `json:"version"`
 }
 
+// ErrByHand is Serve's error in a process that the agent did not start
+// (its environment lacks the cookie).
+var ErrByHand = fmt.Errorf("%s is gorun's PMIx plugin: the gorun agent starts it for the programs that need PMIx (Open MPI, mpi4py); it is not meant to be run by hand", Binary)
+
 // FD is the plugin's descriptor of its end of the socket pair.
 const FD = 3
 
@@ -60,7 +64,7 @@ func (e *encoder) send(f *frame) error {
 // says what it is and returns an error.
 func Serve(impl Server) error {
 	if os.Getenv(CookieKey) != CookieValue {
-		return fmt.Errorf("%s is gorun's PMIx plugin: the gorun agent starts it for the programs that need PMIx (Open MPI, mpi4py); it is not meant to be run by hand", Binary)
+		return ErrByHand
 	}
 	f := os.NewFile(FD, "pmix-bridge")
 	if f == nil {
