@@ -122,7 +122,7 @@ func (c *sendConn) start() {
 func (c *sendConn) Peer() string { return c.peer }
 
 func (c *sendConn) opErr(op string, err error) error {
-	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
+	return &transport.PeerError{Transport: c.t.name, Op: op, Peer: c.peer, Err: err}
 }
 
 // RegMR implements transport.Conn.
@@ -132,13 +132,13 @@ func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
 
 // DeregMR implements transport.Conn.
 func (c *sendConn) DeregMR(mh transport.MemHandle) error {
-	_, err := memreg.Release("tcp", c, mh)
+	_, err := memreg.Release(c.t.name, c, mh)
 	return err
 }
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check("tcp", c, mh, buf)
+	m, err := memreg.Check(c.t.name, c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -347,6 +347,7 @@ type recvConn struct {
 	err      error
 	closed   bool // Close was called
 	started  bool
+	adopted  bool // each stream opens with a hello (AdoptRecv)
 
 	dieOnce   sync.Once
 	dead      chan struct{}
@@ -429,7 +430,7 @@ func (c *recvConn) start() {
 func (c *recvConn) Peer() string { return c.peer }
 
 func (c *recvConn) opErr(op string, err error) error {
-	return &transport.PeerError{Transport: "tcp", Op: op, Peer: c.peer, Err: err}
+	return &transport.PeerError{Transport: c.t.name, Op: op, Peer: c.peer, Err: err}
 }
 
 // RegMR implements transport.Conn.
@@ -439,13 +440,13 @@ func (c *recvConn) RegMR(buf []byte) (transport.MemHandle, error) {
 
 // DeregMR implements transport.Conn.
 func (c *recvConn) DeregMR(mh transport.MemHandle) error {
-	_, err := memreg.Release("tcp", c, mh)
+	_, err := memreg.Release(c.t.name, c, mh)
 	return err
 }
 
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check("tcp", c, mh, buf)
+	m, err := memreg.Check(c.t.name, c, mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -476,7 +477,7 @@ func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		c.mu.Unlock()
 		c.credit(size)
 		r.mh = nil
-		r.SetDone(n, memreg.Truncated("tcp", size, n))
+		r.SetDone(n, memreg.Truncated(c.t.name, size, n))
 		return r, nil
 	case ok:
 		c.add(r)
@@ -543,7 +544,7 @@ func (c *recvConn) startRdv(r *recvReq, seq uint64, size int) {
 	frame{fCTS, seq, uint64(r.want), 0}.put(&j.hdr)
 	c.w.push(j)
 	if r.want == 0 {
-		c.finish(r, 0, memreg.Truncated("tcp", size, 0))
+		c.finish(r, 0, memreg.Truncated(c.t.name, size, 0))
 	}
 }
 
@@ -567,6 +568,17 @@ func (c *recvConn) read(i int) {
 		rd = streamReader(c.conns[i], c.t.opts.Spin)
 	}
 	br := bufio.NewReaderSize(rd, 16<<10)
+	if c.adopted {
+		var b [helloSize]byte
+		_, err := io.ReadFull(br, b[:])
+		if err == nil {
+			err = checkAdopted(b[:], i, len(c.conns))
+		}
+		if err != nil {
+			c.die(lost(err))
+			return
+		}
+	}
 	var hb [frameSize]byte
 	for {
 		f, err := readFrame(br, &hb)
@@ -648,7 +660,7 @@ func (c *recvConn) eager(br *bufio.Reader, tag, seq, size uint64) error {
 		}
 	}
 	c.mu.Lock()
-	c.finish(r, got, memreg.Truncated("tcp", n, got))
+	c.finish(r, got, memreg.Truncated(c.t.name, n, got))
 	c.mu.Unlock()
 	c.credit(n)
 	return nil
@@ -687,7 +699,7 @@ func (c *recvConn) data(br *bufio.Reader, seq, off, n uint64) error {
 	case got == want:
 		c.mu.Lock()
 		delete(c.active, seq)
-		c.finish(r, r.want, memreg.Truncated("tcp", r.size, r.want))
+		c.finish(r, r.want, memreg.Truncated(c.t.name, r.size, r.want))
 		c.mu.Unlock()
 	case got > want:
 		return fmt.Errorf("%w: too much data for message %d", transport.ErrProtocol, seq)

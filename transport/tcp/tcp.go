@@ -77,6 +77,7 @@ type Options struct {
 
 // Transport is the TCP transport. Create it with New.
 type Transport struct {
+	name   string // in errors: "tcp", or the plugin whose sockets it adopts
 	opts   Options
 	ifname string
 	ip     net.IP
@@ -89,11 +90,27 @@ var _ transport.Transport = (*Transport)(nil)
 // New returns a TCP transport that listens on the interface opts.Iface
 // chooses. It fails when no interface matches.
 func New(opts Options) (*Transport, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	ifs, err := systemIfaces()
+	if err != nil {
+		return nil, fmt.Errorf("tcp: list interfaces: %w", err)
+	}
+	name, ip, err := pickAddr(opts.Iface, ifs)
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{name: "tcp", opts: opts, ifname: name, ip: ip}, nil
+}
+
+// fill replaces zero values with the defaults and checks the rest.
+func (opts *Options) fill() error {
 	switch {
 	case opts.Streams == 0:
 		opts.Streams = DefaultStreams
 	case opts.Streams < 0 || opts.Streams > MaxStreams:
-		return nil, fmt.Errorf("tcp: %d streams: must be 1 to %d", opts.Streams, MaxStreams)
+		return fmt.Errorf("tcp: %d streams: must be 1 to %d", opts.Streams, MaxStreams)
 	}
 	if opts.EagerLimit <= 0 {
 		opts.EagerLimit = DefaultEagerLimit
@@ -110,15 +127,7 @@ func New(opts Options) (*Transport, error) {
 	if opts.PeerTimeout <= 0 {
 		opts.PeerTimeout = DefaultPeerTimeout
 	}
-	ifs, err := systemIfaces()
-	if err != nil {
-		return nil, fmt.Errorf("tcp: list interfaces: %w", err)
-	}
-	name, ip, err := pickAddr(opts.Iface, ifs)
-	if err != nil {
-		return nil, err
-	}
-	return &Transport{opts: opts, ifname: name, ip: ip}, nil
+	return nil
 }
 
 // Interface returns the name and address of the interface the transport
@@ -127,10 +136,9 @@ func (t *Transport) Interface() (string, net.IP) { return t.ifname, t.ip }
 
 // Info implements transport.Transport.
 func (t *Transport) Info() transport.Info {
-	return transport.Info{Name: "tcp", EagerLimit: t.opts.EagerLimit, MaxRequests: t.opts.MaxRequests}
+	return transport.Info{Name: t.name, EagerLimit: t.opts.EagerLimit, MaxRequests: t.opts.MaxRequests}
 }
 
-// track remembers c so that Close closes it; it fails when t is closed.
 // Close implements transport.Transport.
 func (t *Transport) Close() error {
 	t.conns.CloseAll()
@@ -223,6 +231,9 @@ func parseHello(b []byte) (hello, error) {
 func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if t.ip == nil {
+		return nil, fmt.Errorf("tcp: listen: %w: this transport only adopts sockets", transport.ErrNotSupported)
 	}
 	var lc net.ListenConfig
 	nl, err := lc.Listen(ctx, "tcp", net.JoinHostPort(t.ip.String(), "0"))

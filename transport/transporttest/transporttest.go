@@ -99,6 +99,14 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// Connect makes a connection from one transport to another, as the suite
+// does, for tests of a transport's own: through a Handle copied as bytes,
+// as the rendezvous store would; both sides close when t ends.
+func Connect(t *testing.T, from, to transport.Transport) (transport.SendConn, transport.RecvConn) {
+	t.Helper()
+	return connect(t, from, to)
+}
+
 // connect makes a connection from one transport to another through a
 // Handle copied as bytes, as the rendezvous store would.
 func connect(t *testing.T, from, to transport.Transport) (transport.SendConn, transport.RecvConn) {
