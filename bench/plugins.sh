@@ -6,7 +6,11 @@
 # median block), one P per rank (-x GOMAXPROCS=1).
 #
 #   variants   builtin     no --plugin: the collectives' own TCP transport
-#              tcpexample  --plugin tcpexample (examples/plugins/tcpexample, pure Go)
+#              tcpexample  --plugin tcpexample (examples/plugins/tcpexample, pure Go): it hands
+#                          its connections' sockets to the rank (sdk.Handoff), whose built-in
+#                          TCP protocol moves the data
+#              tcpexample-own  the same with -x GORUN_PLUGIN_HANDOFF=0: the plugin moves the
+#                          data itself, through the shared rings
 #              fabric      --plugin fabric --fabric-provider 'tcp;ofi_rxm' -x FI_TCP_IFACE=eth0
 #                          (plugins/fabric, libfabric through cgo; left out, with a note,
 #                          when it does not build, e.g. without libfabric-dev)
@@ -19,7 +23,7 @@
 #
 # Usage: bench/plugins.sh            (`make bench-plugins`; as root: the hosts are netns)
 # Env:   REPS        rounds (default 3)
-#        VARIANTS    which variants (default "builtin tcpexample fabric")
+#        VARIANTS    which variants (default "builtin tcpexample tcpexample-own fabric")
 #        SIZES       gorun bench's size options (default "-b 4K -e 64M -f 4")
 #        TIMEOUT     seconds per run before it is killed (default 240)
 #        EXTRA       more gorun options for every run (e.g. "-x GORUN_PLUGIN_LOG=info")
@@ -40,7 +44,7 @@ set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
 REPS=${REPS:-3}
-VARIANTS=${VARIANTS:-"builtin tcpexample fabric"}
+VARIANTS=${VARIANTS:-"builtin tcpexample tcpexample-own fabric"}
 SIZES=${SIZES:-"-b 4K -e 64M -f 4"}
 TIMEOUT=${TIMEOUT:-240}
 STATE=${STATE:-$BENCH/.state/plugins}
@@ -73,7 +77,7 @@ echo "building in $BIN..." >&2
   cd "$ROOT"
   CGO_ENABLED=0 go build -o "$GORUN" ./cmd/gorun
   go build -o "$TH" ./testhosts/cmd/testhosts
-  if [[ " $VARIANTS " == *" tcpexample "* ]]; then
+  if [[ " $VARIANTS " == *" tcpexample"* ]]; then
     CGO_ENABLED=0 go build -o "$BIN/gorun-plugin-tcpexample" ./examples/plugins/tcpexample
   fi
 )
@@ -132,6 +136,7 @@ args_for() {
   case $1 in
   builtin) ;;
   tcpexample) echo "--plugin tcpexample" ;;
+  tcpexample-own) echo "--plugin tcpexample -x GORUN_PLUGIN_HANDOFF=0" ;;
   fabric) echo "--plugin fabric --fabric-provider tcp;ofi_rxm -x FI_TCP_IFACE=eth0" ;;
   *) die "unknown variant $1" ;;
   esac

@@ -50,6 +50,10 @@ const (
 	// EnvFallback set to "tcp" lets a rank whose plugin cannot start go
 	// on over TCP instead of failing (gorun --transport-fallback tcp).
 	EnvFallback = env.CollFallback
+	// EnvHandoff set to "0" keeps a transport plugin on the data path
+	// even when it could hand its connections' sockets to the rank
+	// (sdk.Handoff); by default the rank adopts them.
+	EnvHandoff = env.PluginHandoff
 )
 
 // DefaultSetupTimeout bounds InitWith's connection set-up when its
@@ -98,6 +102,9 @@ type Setup struct {
 	Plugin string
 	// PluginOptions are passed to the plugin.
 	PluginOptions map[string]string
+	// NoHandoff keeps the plugin on the data path even when it could hand
+	// its connections' sockets to the rank (see EnvHandoff).
+	NoHandoff bool
 	// Fallback "tcp" goes on over TCP when the plugin cannot start or a
 	// peer has none; "" fails instead.
 	Fallback string
@@ -170,6 +177,13 @@ func SetupFromEnv() (Setup, error) {
 		return s, fmt.Errorf("collectives: init: %w", err)
 	}
 	s.PluginOptions = opts
+	switch v := os.Getenv(EnvHandoff); v {
+	case "", "1":
+	case "0":
+		s.NoHandoff = true
+	default:
+		return s, fmt.Errorf("collectives: init: %s=%q: want 0 or 1", EnvHandoff, v)
+	}
 	s.Iface = os.Getenv(EnvIface)
 	if s.Iface == "" && s.Hosts > 1 {
 		s.Iface = routeIface(os.Getenv("MASTER_ADDR"))
@@ -272,10 +286,11 @@ func checkSetup(s Setup) (transport.Mode, error) {
 const PluginChunkBytes = 1 << 20
 
 // pluginEverywhere reports whether every rank listens on a plugin
-// transport: all ranks compute the same answer from the same records.
+// transport that keeps the data path (no hand-off): all ranks compute the
+// same answer from the same records.
 func pluginEverywhere(recs []record) bool {
 	for _, r := range recs {
-		if r.Plugin == nil {
+		if r.Plugin == nil || r.Handoff {
 			return false
 		}
 	}
@@ -283,7 +298,7 @@ func pluginEverywhere(recs []record) bool {
 }
 
 // pluginChunk returns opts, with ChunkBytes PluginChunkBytes when every
-// rank listens on a plugin transport and neither opts nor EnvChunk set a
+// rank listens on a plugin transport that moves the data itself and neither opts nor EnvChunk set a
 // chunk. Every message through a plugin costs a few wake-ups of the plugin
 // processes: fewer, larger ring chunks (measured: 1.8 to 2.2 times the
 // busbw of 128 KiB chunks at 1 to 16 MiB).

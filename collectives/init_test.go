@@ -283,21 +283,22 @@ func BenchmarkInitAllReduce(b *testing.B) {
 	}
 }
 
-// Ranks that disagree on the transport fail at Init with an error that
-// says so, instead of waiting for a connection that never comes.
-func TestInitTransportDisagreement(t *testing.T) {
-	t.Parallel()
-	kv := newMemKV(2)
-	errs := make([]error, 2)
+// initEach runs InitWith in n ranks at once, each with the Setup that
+// setup returns for it (its Rank, Size and KV filled in here), closes the
+// communicators that came up and returns each rank's error.
+func initEach(n int, limit time.Duration, setup func(r int) collectives.Setup) []error {
+	kv := newMemKV(n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for r := range 2 {
+	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			defer cancel()
-			tr := []string{"tcp", "auto"}[r]
-			c, err := collectives.InitWith(ctx, collectives.Setup{Rank: r, Size: 2, Hosts: 1, KV: kv, Transport: tr, Iface: "=lo"}, nil)
+			s := setup(r)
+			s.Rank, s.Size, s.KV = r, n, kv
+			c, err := collectives.InitWith(ctx, s, nil)
 			if err == nil {
 				c.Close()
 			}
@@ -305,6 +306,16 @@ func TestInitTransportDisagreement(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	return errs
+}
+
+// Ranks that disagree on the transport fail at Init with an error that
+// says so, instead of waiting for a connection that never comes.
+func TestInitTransportDisagreement(t *testing.T) {
+	t.Parallel()
+	errs := initEach(2, 20*time.Second, func(r int) collectives.Setup {
+		return collectives.Setup{Hosts: 1, Transport: []string{"tcp", "auto"}[r], Iface: "=lo"}
+	})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "rank 1 (host 0) has no tcp address: it did not listen on tcp") {
 		t.Errorf("rank 0: %v", errs[0])
 	}

@@ -28,6 +28,9 @@ type record struct {
 	// Coll is the handle of the plugin's collective, when it has one.
 	Coll    []byte `json:"coll,omitempty"`
 	HasColl bool   `json:"has_coll,omitempty"`
+	// Handoff says that the plugin hands its connections' sockets to the
+	// rank, whose own TCP protocol moves the data.
+	Handoff bool `json:"handoff,omitempty"`
 }
 
 // slot returns r's fields for links of kind k: the address its rank
@@ -188,6 +191,7 @@ func (st *initState) usePlugin(ctx context.Context, pl *plugins.Client) error {
 	if pl.Info().Transport {
 		t, _ := pl.Transport()
 		end.tr = t
+		st.rec.Handoff = t.HandsOff()
 		var err error
 		if end.lis, err = t.Listen(ctx); err != nil {
 			return fmt.Errorf("plugin %s: listen: %w", pl.Name(), err)
@@ -252,6 +256,14 @@ func (st *initState) plan() error {
 		st.kinds[r] = k
 		if err := st.checkPlugin(r, k); err != nil {
 			return err
+		}
+		if k == transport.KindPlugin && st.rec.Handoff != st.recs[r].Handoff {
+			// Each end would speak another protocol on the sockets.
+			yes, no := s.Rank, r
+			if !st.rec.Handoff {
+				yes, no = r, s.Rank
+			}
+			return fmt.Errorf("collectives: init: rank %d hands its %s connections off to gorun's TCP and rank %d does not: give every rank the same %s", yes, st.ends[k].name, no, EnvHandoff)
 		}
 		end := &st.ends[k]
 		end.expect++

@@ -24,6 +24,7 @@ func openPlugin(s Setup, logger *log.Logger) (*plugins.Client, error) {
 	o := plugins.Options{
 		Rank: s.Rank, Size: s.Size, LocalRank: s.LocalRank,
 		Iface: s.Iface, PluginOptions: s.PluginOptions, Log: logger.Writer(),
+		NoHandoff: s.NoHandoff,
 	}
 	if strings.ContainsRune(s.Plugin, '/') {
 		o.Path = s.Plugin

@@ -60,12 +60,14 @@ func TestInitPluginTransport(t *testing.T) {
 		transport string
 		hosts     []int
 		want      string
+		noHandoff bool // the plugin moves the data (else gorun's TCP on its sockets)
 	}{
-		{"hosts", "auto", []int{0, 0, 1, 2}, "shm+tcpexample"},
-		{"forced", "plugin", nil, "tcpexample"},
+		{"hosts", "auto", []int{0, 0, 1, 2}, "shm+tcpexample", false},
+		{"forced", "plugin", nil, "tcpexample", false},
+		{"forced, no hand-off", "plugin", nil, "tcpexample", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := pluginWorld(t, 4, collectives.Setup{Transport: tc.transport, Plugin: bin}, tc.hosts, func(c *collectives.Communicator) error {
+			errs := pluginWorld(t, 4, collectives.Setup{Transport: tc.transport, Plugin: bin, NoHandoff: tc.noHandoff}, tc.hosts, func(c *collectives.Communicator) error {
 				if got := c.Transports(); got != tc.want && !(got == "tcpexample" && c.Rank() >= 2) {
 					return fmt.Errorf("transports %q, want %q", got, tc.want)
 				}
@@ -83,6 +85,21 @@ func TestInitPluginTransport(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// Ranks that disagree on the hand-off (GORUN_PLUGIN_HANDOFF) fail Init
+// with an error that names both and the variable, rather than connect
+// sockets whose ends speak different protocols.
+func TestInitHandoffMismatch(t *testing.T) {
+	bin := pluginBin(t, "tcpexample")
+	errs := initEach(2, time.Minute, func(r int) collectives.Setup {
+		return collectives.Setup{Iface: "=lo", LocalRank: -1, Transport: "plugin", Plugin: bin, NoHandoff: r == 1}
+	})
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 0 hands its tcpexample connections off") || !strings.Contains(err.Error(), "rank 1 does not") || !strings.Contains(err.Error(), collectives.EnvHandoff) {
+			t.Errorf("rank %d: %v", r, err)
+		}
 	}
 }
 
@@ -152,5 +169,23 @@ func TestCollectivePlugin(t *testing.T) {
 	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// GORUN_PLUGIN_HANDOFF reaches Setup: unset or 1 hands off, 0 does not,
+// anything else is an error that names the variable.
+func TestSetupFromEnvHandoff(t *testing.T) {
+	t.Setenv("GORUN_RANK", "0")
+	t.Setenv("GORUN_WORLD_SIZE", "1")
+	for _, tc := range []struct {
+		value     string
+		noHandoff bool
+		ok        bool
+	}{{"", false, true}, {"1", false, true}, {"0", true, true}, {"off", false, false}} {
+		t.Setenv(collectives.EnvHandoff, tc.value)
+		s, err := collectives.SetupFromEnv()
+		if (err == nil) != tc.ok || s.NoHandoff != tc.noHandoff || (err != nil && !strings.Contains(err.Error(), collectives.EnvHandoff)) {
+			t.Errorf("%s=%q: NoHandoff %v, %v", collectives.EnvHandoff, tc.value, s.NoHandoff, err)
+		}
 	}
 }

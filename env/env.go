@@ -164,6 +164,10 @@ const (
 	// PluginLog is the level of the plugin log entries a rank shows, and
 	// of those the plugin writes ("trace" ... "error", "off").
 	PluginLog = "GORUN_PLUGIN_LOG"
+	// PluginHandoff "0" keeps a transport plugin on the data path even
+	// when it could hand its connections' sockets to the rank (the
+	// default: the rank then moves the data with gorun's TCP protocol).
+	PluginHandoff = "GORUN_PLUGIN_HANDOFF"
 )
 
 // ParsePluginOpts reads the value of PluginOpts: key=value pairs separated

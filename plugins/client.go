@@ -20,6 +20,7 @@ import (
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/plugins/internal/wire"
 	"github.com/gorun/gorun/transport"
+	"github.com/gorun/gorun/transport/tcp"
 )
 
 // EnvLogLevel sets the level at which a rank shows its plugins' log
@@ -48,6 +49,10 @@ type Options struct {
 	Log io.Writer
 	// StartTimeout bounds the start and handshake (default 20s).
 	StartTimeout time.Duration
+	// NoHandoff keeps the plugin on the data path even when it could hand
+	// its connections' sockets to the rank (sdk.Handoff; a rank's
+	// GORUN_PLUGIN_HANDOFF=0).
+	NoHandoff bool
 }
 
 // Info describes a plugin, as it describes itself.
@@ -93,6 +98,11 @@ type Client struct {
 	closeMu  sync.Mutex
 	done     bool
 	tr       *Transport
+
+	// handoff is set when the plugin hands every connection's sockets
+	// over; sockets then runs gorun's TCP protocol on them.
+	handoff bool
+	sockets *tcp.Transport
 }
 
 type sqRec struct {
@@ -247,9 +257,16 @@ func (c *Client) start(o Options) error {
 	if o.Name != "" && info.Name != o.Name && o.Path == "" {
 		return fail(fmt.Errorf("the binary says it is plugin %q", info.Name))
 	}
-	init := &wire.InitReq{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, Iface: o.Iface, Options: o.PluginOptions}
-	if err := c.ctl.Call(ctx, "Init", init, &wire.Empty{}); err != nil {
+	init := &wire.InitReq{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, Iface: o.Iface, Options: o.PluginOptions, Handoff: !o.NoHandoff}
+	var ir wire.InitReply
+	if err := c.ctl.Call(ctx, "Init", init, &ir); err != nil {
 		return fail(fmt.Errorf("init: %w", err))
+	}
+	if ir.Handoff {
+		if c.sockets, err = tcp.ForSockets(c.name+" (handed off)", tcp.Options{}); err != nil {
+			return fail(err)
+		}
+		c.handoff = true
 	}
 	go c.watch()
 	go c.reap()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,11 +62,22 @@ func (c *Client) Transport() (*Transport, error) {
 	return c.tr, nil
 }
 
+// HandsOff reports whether the plugin hands the sockets of its connections
+// to the rank (sdk.Handoff), whose built-in TCP protocol then moves the
+// data: the plugin only sets connections up.
+func (t *Transport) HandsOff() bool { return t.c.handoff }
+
 // Client returns the plugin the transport belongs to.
 func (t *Transport) Client() *Client { return t.c }
 
 // Info implements transport.Transport.
 func (t *Transport) Info() transport.Info {
+	if t.c.handoff {
+		// The connections are the built-in TCP transport's.
+		i := t.c.sockets.Info()
+		i.Name = t.c.name
+		return i
+	}
 	// Every send goes out at once, whatever its size: the SDK sends a
 	// header then the data, and only the plugin's network can make it
 	// wait for the receiver (fabric's rendezvous does; a TCP socket
@@ -106,6 +118,13 @@ func (t *Transport) Connect(ctx context.Context, h transport.Handle) (transport.
 		}
 		return nil, t.ctlErr("connect", "", err)
 	}
+	if r.Sockets > 0 {
+		socks, err := t.c.takeSockets(r)
+		if err != nil {
+			return nil, t.opErr("connect", r.Peer, err)
+		}
+		return t.c.sockets.AdoptSend(socks, r.Peer)
+	}
 	return t.newConn(r, "isend")
 }
 
@@ -119,9 +138,12 @@ func (t *Transport) newConn(r wire.ConnReply, op string) (*conn, error) {
 }
 
 // Close implements transport.Transport: it closes every listener and
-// connection, then the plugin.
+// connection (the handed-off ones too), then the plugin.
 func (t *Transport) Close() error {
 	t.set.CloseAll()
+	if t.c.sockets != nil {
+		t.c.sockets.Close()
+	}
 	return t.c.Close()
 }
 
@@ -194,6 +216,13 @@ func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
 		cn := &conn{t: l.t, id: r.ID, peer: r.Peer}
 		cn.Close()
 		return nil, l.t.opErr("accept", r.Peer, transport.ErrClosed)
+	}
+	if r.Sockets > 0 {
+		socks, err := l.t.c.takeSockets(r)
+		if err != nil {
+			return nil, l.t.opErr("accept", r.Peer, err)
+		}
+		return l.t.c.sockets.AdoptRecv(socks, r.Peer)
 	}
 	return l.t.newConn(r, "irecv")
 }
@@ -456,13 +485,13 @@ func (c *Client) share(r *transport.Region) error {
 	if err := c.lostErr(); err != nil {
 		return err
 	}
-	if err := wire.SendRegion(c.sock, wire.RegionMsg{ID: r.ID(), Size: uint64(r.Len())}, r.FD()); err != nil {
+	if err := wire.SendRegion(c.sock, wire.RegionMsg{ID: r.ID(), Size: uint64(r.Len()), Status: wire.RegionMap}, r.FD()); err != nil {
 		return fmt.Errorf("sharing region %d with plugin %s: %w", r.ID(), c.name, err)
 	}
 	c.sock.SetReadDeadline(time.Now().Add(20 * time.Second))
-	m, fd, err := wire.RecvRegion(c.sock)
+	m, fds, err := wire.RecvRegion(c.sock)
 	c.sock.SetReadDeadline(time.Time{})
-	if fd >= 0 {
+	for _, fd := range fds {
 		closeFD(fd)
 	}
 	switch {
@@ -473,6 +502,39 @@ func (c *Client) share(r *transport.Region) error {
 	}
 	c.shared[r.ID()] = true
 	return nil
+}
+
+// takeSockets fetches the sockets of a connection the plugin handed off.
+func (c *Client) takeSockets(r wire.ConnReply) ([]*os.File, error) {
+	c.sockMu.Lock()
+	defer c.sockMu.Unlock()
+	if err := c.lostErr(); err != nil {
+		return nil, err
+	}
+	if r.Sockets > wire.MaxSockets {
+		return nil, fmt.Errorf("plugin %s handed off %d sockets (at most %d)", c.name, r.Sockets, wire.MaxSockets)
+	}
+	if err := wire.SendRegion(c.sock, wire.RegionMsg{ID: r.ID, Status: wire.RegionSockets}); err != nil {
+		return nil, fmt.Errorf("asking plugin %s for the sockets of connection %d: %w", c.name, r.ID, err)
+	}
+	c.sock.SetReadDeadline(time.Now().Add(20 * time.Second))
+	m, fds, err := wire.RecvRegion(c.sock)
+	c.sock.SetReadDeadline(time.Time{})
+	socks := make([]*os.File, len(fds))
+	for i, fd := range fds {
+		socks[i] = os.NewFile(uintptr(fd), "handed-off socket")
+	}
+	if err == nil && (m.ID != r.ID || m.Status != 0 || len(socks) != r.Sockets) {
+		err = fmt.Errorf("%w: plugin %s sent %d sockets (status %d) for connection %d, which it said has %d%s",
+			transport.ErrProtocol, c.name, len(socks), m.Status, m.ID, r.Sockets, c.tail.suffix())
+	}
+	if err != nil {
+		for _, f := range socks {
+			f.Close()
+		}
+		return nil, fmt.Errorf("taking the sockets of connection %d from plugin %s: %w", r.ID, c.name, err)
+	}
+	return socks, nil
 }
 
 // bouncePool keeps shared buffers for transfers from and to memory the

@@ -1,7 +1,8 @@
 // Package plugintest is what `gorun plugins test` runs against a plugin
 // binary: gorun's transport contract suite (transport/transporttest)
 // through the real plugin path (a go-plugin subprocess, the shared rings),
-// and a probe of its latency and bandwidth between two plugin processes.
+// again with the plugin's connections handed to the rank when the plugin
+// can (sdk.Handoff), and a probe of its latency and bandwidth between two plugin processes.
 //
 // The suite needs package testing, which only runs inside a test binary's
 // main: gorun therefore runs it in a child of itself, started by Run with
@@ -40,7 +41,7 @@ const DefaultIface = "lo"
 
 // quickTests are the contract tests --quick runs (a preflight): the ones
 // that show a plugin starts, connects and moves messages right.
-const quickTests = "^Contract$/^(HandleRoundTrip|Sizes|OrderPerTag|BadHandle|BothDirections)$"
+const quickTests = "^(Contract|Handoff)$/^(HandleRoundTrip|Sizes|OrderPerTag|BadHandle|BothDirections)$"
 
 // Options say how to run the suite.
 type Options struct {
@@ -62,7 +63,7 @@ func Run(ctx context.Context, self, path string, o Options) error {
 	if o.Quick {
 		args = append(args, "-test.short", "-test.run="+quickTests)
 	} else {
-		args = append(args, "-test.run=^Contract$")
+		args = append(args, "-test.run=^(Contract|Handoff)$")
 	}
 	if o.Verbose {
 		args = append(args, "-test.v")
@@ -90,14 +91,32 @@ func Main(path string) {
 	if iface == "" {
 		iface = DefaultIface
 	}
-	open := func(t *testing.T) transport.Transport {
-		tr, err := plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1})
-		if err != nil {
-			t.Fatal(err)
+	opener := func(handoff bool) func(t *testing.T) transport.Transport {
+		return func(t *testing.T) transport.Transport {
+			tr, err := plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1, NoHandoff: !handoff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr
 		}
-		return tr
 	}
-	tests := []testing.InternalTest{{Name: "Contract", F: func(t *testing.T) { transporttest.Run(t, open) }}}
+	tests := []testing.InternalTest{
+		// The plugin's own data path, even where it could hand off.
+		{Name: "Contract", F: func(t *testing.T) { transporttest.Run(t, opener(false)) }},
+		// Its connections handed to the rank (sdk.Handoff).
+		{Name: "Handoff", F: func(t *testing.T) {
+			tr, err := plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			handsOff := tr.HandsOff()
+			tr.Close()
+			if !handsOff {
+				t.Skip("the plugin does not hand its connections off (sdk.Handoff)")
+			}
+			transporttest.Run(t, opener(true))
+		}},
+	}
 	testing.Main(func(pat, s string) (bool, error) { return regexp.MatchString(pat, s) }, tests, nil, nil)
 }
 
@@ -112,40 +131,65 @@ type Result struct {
 	Micros float64
 	// GBps is the bandwidth in GB/s (bandwidth only).
 	GBps float64
+	// Path is "plugin" (the plugin moved the data) or "handed off" (the
+	// plugin handed its sockets to the rank: gorun's TCP moved it).
+	Path string
 }
 
 // Probe measures the plugin between two of its processes on this host:
 // ping-pong latency at 8 B and 4 KiB, and streaming bandwidth at 1 MiB and
-// 16 MiB (4 messages in flight), from shared memory as the collectives send.
+// 16 MiB (4 messages in flight), from shared memory as the collectives send;
+// through the plugin, and again with its sockets handed to the rank when
+// it can hand them off.
 func Probe(ctx context.Context, path, iface string) ([]Result, error) {
 	if iface == "" {
 		iface = DefaultIface
 	}
-	open := func() (*plugins.Transport, error) {
-		return plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1, Log: io.Discard})
+	out, handsOff, err := probe(ctx, path, iface, true)
+	if err != nil || !handsOff {
+		return out, err
 	}
+	own, _, err := probe(ctx, path, iface, false)
+	return append(own, out...), err
+}
+
+// probe runs the probe through the plugin (handoff false) or, when the
+// plugin can, with its connections handed off; it reports whether they
+// were.
+func probe(ctx context.Context, path, iface string, handoff bool) (out []Result, handsOff bool, err error) {
+	open := func() (*plugins.Transport, error) {
+		return plugins.OpenTransport(plugins.Options{Path: path, Iface: iface, Rank: -1, Size: -1, LocalRank: -1, Log: io.Discard, NoHandoff: !handoff})
+	}
+	defer func() {
+		for i := range out {
+			out[i].Path = "plugin"
+			if handsOff {
+				out[i].Path = "handed off"
+			}
+		}
+	}()
 	a, err := open()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer a.Close()
 	b, err := open()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer b.Close()
+	handsOff = a.HandsOff()
 	ab, ba, err := pair(ctx, a, b)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	bsc, asc := ab.sc, ba.sc
 	arc, brc := ba.rc, ab.rc
 	reg, err := transport.Alloc(2 * (16 << 20))
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer reg.Close()
-	var out []Result
 	for _, size := range []int{8, 4096} {
 		src, dst := reg.Bytes()[:size], reg.Bytes()[16<<20:16<<20+size]
 		iters := 2000
@@ -156,23 +200,23 @@ func Probe(ctx context.Context, path, iface string) ([]Result, error) {
 				// a -> b -> a
 				r1, err := brc.Irecv(dst, 1, nil)
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				if err := sendWait(ctx, bsc, src); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				if _, err := r1.Wait(ctx); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				r2, err := arc.Irecv(src, 1, nil)
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				if err := sendWait(ctx, asc, dst); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				if _, err := r2.Wait(ctx); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 			}
 			if round == 1 {
@@ -192,23 +236,23 @@ func Probe(ctx context.Context, path, iface string) ([]Result, error) {
 			for i := range n {
 				r, err := brc.Irecv(dst, 2, nil)
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				s, err := bsc.Isend(src, 2, nil)
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				sends, recvs = append(sends, s), append(recvs, r)
 				if i >= window-1 {
 					if err := transport.WaitAll(ctx, sends[0], recvs[0]); err != nil {
-						return nil, err
+						return nil, false, err
 					}
 					sends, recvs = sends[1:], recvs[1:]
 				}
 			}
 			for i := range sends {
 				if err := transport.WaitAll(ctx, sends[i], recvs[i]); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 			}
 			if round == 1 {
@@ -218,7 +262,7 @@ func Probe(ctx context.Context, path, iface string) ([]Result, error) {
 		per := took.Seconds() / float64(n)
 		out = append(out, Result{What: "bandwidth", Size: size, Micros: per * 1e6, GBps: float64(size) / per / 1e9})
 	}
-	return out, nil
+	return out, handsOff, nil
 }
 
 func sendWait(ctx context.Context, c transport.SendConn, b []byte) error {
@@ -308,13 +352,13 @@ func Check(ctx context.Context, self, path string, o CheckOptions) (plugins.Info
 // WriteProbe prints the probe's results as a table.
 func WriteProbe(out io.Writer, res []Result) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "probe (2 plugin processes on this host)\tsize\tus\tGB/s\t")
+	fmt.Fprintln(w, "probe (2 plugin processes on this host)\tpath\tsize\tus\tGB/s\t")
 	for _, r := range res {
 		gb := "-"
 		if r.What == "bandwidth" {
 			gb = fmt.Sprintf("%.2f", r.GBps)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%.1f\t%s\t\n", r.What, sizeText(r.Size), r.Micros, gb)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%.1f\t%s\t\n", r.What, r.Path, sizeText(r.Size), r.Micros, gb)
 	}
 	return w.Flush()
 }

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"os"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -65,6 +66,12 @@ type Config struct {
 	Options map[string]string
 	// Logger writes to gorun's output, tagged with the plugin's name.
 	Logger hclog.Logger
+	// Handoff says that the rank adopts handed-off sockets: when the
+	// Transport implements Handoff, the SDK hands every connection's
+	// sockets to the rank as soon as Connect or Accept returns it. A
+	// transport may open several streams per connection then (gorun's TCP
+	// protocol stripes large messages over them), and one otherwise.
+	Handoff bool
 	// Wake tells the SDK's progress loop that a request completed in
 	// another goroutine, so that it tests it now rather than at its next
 	// poll (up to a few hundred microseconds later, when it sleeps).
@@ -129,6 +136,26 @@ type Transport interface {
 // until Config.Wake or a timer.
 type Progresser interface {
 	ManualProgress() bool
+}
+
+// Handoff is implemented by a Transport whose connections are connected
+// TCP sockets (or other stream sockets) that carry nothing of the
+// plugin's own until the first Send or Recv. When the rank allows it
+// (GORUN_PLUGIN_HANDOFF, on by default), the SDK hands the sockets of every
+// new connection to the rank, which moves the data over them with gorun's
+// built-in TCP protocol: the plugin chooses the network, the addresses and
+// the socket options, and leaves the data path, where a process hop costs
+// time. gorun plugins test runs the contract both ways.
+type Handoff interface {
+	// HandOff gives up conn, a SendConn or RecvConn that this Transport's
+	// Connect or a Listener's Accept just returned and on which the SDK
+	// has called nothing: it returns the connection's sockets (at most 16,
+	// in the order the connecting side opened them, the same number on
+	// both sides) and forgets the connection, without shutting the
+	// sockets down. The SDK owns the files from then on and calls nothing
+	// on conn. After an error, conn is still the plugin's, and the SDK
+	// closes it and fails the Connect or Accept.
+	HandOff(conn any) ([]*os.File, error)
 }
 
 // Registration is a Transport's record of registered memory, opaque to the

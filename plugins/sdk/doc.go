@@ -12,4 +12,12 @@
 // rings; larger ones stay in the rank's shared buffers, which the plugin
 // maps and registers once. All of this is the SDK's: an author implements
 // a handful of methods that move whole messages and calls Serve.
+//
+// A transport whose connections are TCP sockets can leave the data path
+// altogether: implementing [Handoff] lets the SDK hand each new
+// connection's sockets to the rank, which moves the data over them with
+// gorun's built-in TCP protocol (no process hop, large messages striped
+// over the streams). The plugin then chooses the addresses, the interface
+// and the socket options, and opens the connections; nothing more.
+// examples/plugins/tcpexample does it.
 package sdk

@@ -60,13 +60,14 @@ type loop struct {
 	tr   Transport
 	coll Collective
 
-	mu      sync.Mutex // guards what other goroutines add
-	sends   map[uint64]*sendConn
-	recvs   map[uint64]*recvConn
-	regions map[uint64]*region
-	fresh   []*recvConn
-	nextID  uint64
-	hasNew  atomic.Bool
+	mu       sync.Mutex // guards what other goroutines add
+	sends    map[uint64]*sendConn
+	recvs    map[uint64]*recvConn
+	regions  map[uint64]*region
+	handoffs map[uint64][]*os.File // sockets of handed-off connections, until the host takes them
+	fresh    []*recvConn
+	nextID   uint64
+	hasNew   atomic.Bool
 
 	ops    []*op   // author requests in flight (loop only)
 	cqOut  []cqRec // completions waiting for room in the ring
@@ -148,7 +149,8 @@ func newLoop(name string, log hclog.Logger, seg *wire.Segment, bell, host *wire.
 	return &loop{manual: manual,
 		name: name, log: log, seg: seg, bell: bell, host: host, tr: tr, coll: coll, waker: w,
 		sends: map[uint64]*sendConn{}, recvs: map[uint64]*recvConn{}, regions: map[uint64]*region{},
-		quit: make(chan struct{}), done: make(chan struct{}),
+		handoffs: map[uint64][]*os.File{},
+		quit:     make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
@@ -158,6 +160,25 @@ func (l *loop) addSend(sc SendConn) uint64 {
 	l.nextID++
 	l.sends[l.nextID] = &sendConn{id: l.nextID, sc: sc}
 	return l.nextID
+}
+
+// addHandoff keeps the sockets of a handed-off connection until the host
+// fetches them (RegionSockets) and returns the number it asks with.
+func (l *loop) addHandoff(files []*os.File) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nextID++
+	l.handoffs[l.nextID] = files
+	return l.nextID
+}
+
+// takeHandoff returns and forgets the sockets kept under id.
+func (l *loop) takeHandoff(id uint64) []*os.File {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	files := l.handoffs[id]
+	delete(l.handoffs, id)
+	return files
 }
 
 func (l *loop) addRecv(rc RecvConn) uint64 {
@@ -191,6 +212,12 @@ func (l *loop) stop() {
 	}
 	for _, c := range l.recvs {
 		c.rc.Close()
+	}
+	for id, files := range l.handoffs {
+		for _, f := range files {
+			f.Close()
+		}
+		delete(l.handoffs, id)
 	}
 	for _, r := range l.regions {
 		if l.tr != nil && r.reg != nil {
@@ -687,19 +714,33 @@ func payload2(r wire.Ref) []byte {
 }
 
 // serveRegions maps the memory the host shares, one region per message,
-// and answers each.
+// and hands over the sockets of handed-off connections, answering each
+// request.
 func (l *loop) serveRegions(sock *net.UnixConn) {
 	defer sock.Close()
 	for {
-		m, fd, err := wire.RecvRegion(sock)
+		m, fds, err := wire.RecvRegion(sock)
 		if err != nil {
 			return
 		}
+		if m.Status == wire.RegionSockets {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			if !l.sendSockets(sock, m.ID) {
+				return
+			}
+			continue
+		}
+		for _, fd := range fds[min(1, len(fds)):] {
+			unix.Close(fd)
+		}
 		status := uint64(0)
-		if fd < 0 || m.Size == 0 {
+		if len(fds) == 0 || m.Size == 0 || m.Status != wire.RegionMap {
 			status = 1
 			l.log.Error("region without memory", "region", m.ID)
 		} else {
+			fd := fds[0]
 			mem, err := unix.Mmap(fd, 0, int(m.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 			unix.Close(fd)
 			var reg Registration
@@ -717,8 +758,29 @@ func (l *loop) serveRegions(sock *net.UnixConn) {
 				l.mu.Unlock()
 			}
 		}
-		if err := wire.SendRegion(sock, wire.RegionMsg{ID: m.ID, Status: status}, -1); err != nil {
+		if err := wire.SendRegion(sock, wire.RegionMsg{ID: m.ID, Status: status}); err != nil {
 			return
 		}
 	}
+}
+
+// sendSockets answers the host's request for the sockets of handed-off
+// connection id: with them attached, or Status 1 when there are none. It
+// reports whether the socket still works.
+func (l *loop) sendSockets(sock *net.UnixConn, id uint64) bool {
+	files := l.takeHandoff(id)
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	if len(files) == 0 {
+		l.log.Error("the host asked for the sockets of an unknown connection", "connection", id)
+		return wire.SendRegion(sock, wire.RegionMsg{ID: id, Status: 1}) == nil
+	}
+	fds := make([]int, len(files))
+	for i, f := range files {
+		fds[i] = int(f.Fd())
+	}
+	return wire.SendRegion(sock, wire.RegionMsg{ID: id, Size: uint64(len(fds))}, fds...) == nil
 }

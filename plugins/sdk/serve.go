@@ -81,6 +81,7 @@ type server struct {
 	listeners map[uint64]Listener
 	nextID    uint64
 	closed    bool
+	handoff   Handoff // the transport, when its connections go to the rank
 }
 
 var _ wire.Control = (*server)(nil)
@@ -97,7 +98,7 @@ func (s *server) Info(context.Context, *wire.Empty) (*wire.InfoReply, error) {
 	}, nil
 }
 
-func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, error) {
+func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.InitReply, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.inited {
@@ -126,7 +127,7 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, erro
 		return nil, err
 	}
 	wake := &waker{bell: mine}
-	cfg := Config{Rank: req.Rank, Size: req.Size, LocalRank: req.LocalRank, Iface: req.Iface, Options: req.Options, Logger: s.log, Wake: wake.wake}
+	cfg := Config{Rank: req.Rank, Size: req.Size, LocalRank: req.LocalRank, Iface: req.Iface, Options: req.Options, Logger: s.log, Wake: wake.wake, Handoff: req.Handoff}
 	if cfg.Options == nil {
 		cfg.Options = map[string]string{}
 	}
@@ -155,7 +156,10 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.Empty, erro
 	go s.loop.run()
 	go s.loop.serveRegions(sock)
 	s.inited = true
-	return &wire.Empty{}, nil
+	if h, ok := s.tr.(Handoff); ok && req.Handoff {
+		s.handoff = h
+	}
+	return &wire.InitReply{Handoff: s.handoff != nil}, nil
 }
 
 // openSocket wraps the inherited region socket.
@@ -242,8 +246,29 @@ func (s *server) Accept(ctx context.Context, req *wire.IDReq) (*wire.ConnReply, 
 	if err != nil {
 		return nil, err
 	}
+	if s.handoff != nil {
+		return s.handOff(rc, rc.Peer(), "accept", rc.Close)
+	}
 	id := s.loop.addRecv(rc)
 	return &wire.ConnReply{ID: id, Peer: rc.Peer()}, nil
+}
+
+// handOff takes the sockets of a new connection (conn) from the transport
+// and keeps them until the host fetches them.
+func (s *server) handOff(conn any, peer, op string, closeConn func() error) (*wire.ConnReply, error) {
+	files, err := s.handoff.HandOff(conn)
+	if err == nil && (len(files) == 0 || len(files) > wire.MaxSockets) {
+		for _, f := range files {
+			f.Close()
+		}
+		err = fmt.Errorf("%d sockets handed off (1 to %d allowed)", len(files), wire.MaxSockets)
+	}
+	if err != nil {
+		closeConn()
+		return nil, fmt.Errorf("%s: %s, peer %s: handing the connection to the rank: %w", s.p.Name, op, peer, err)
+	}
+	id := s.loop.addHandoff(files)
+	return &wire.ConnReply{ID: id, Peer: peer, Sockets: len(files)}, nil
 }
 
 func (s *server) Connect(ctx context.Context, req *wire.ConnectReq) (*wire.ConnReply, error) {
@@ -254,6 +279,9 @@ func (s *server) Connect(ctx context.Context, req *wire.ConnectReq) (*wire.ConnR
 	sc, err := t.Connect(ctx, req.Handle)
 	if err != nil {
 		return nil, err
+	}
+	if s.handoff != nil {
+		return s.handOff(sc, sc.Peer(), "connect", sc.Close)
 	}
 	id := s.loop.addSend(sc)
 	return &wire.ConnReply{ID: id, Peer: sc.Peer()}, nil

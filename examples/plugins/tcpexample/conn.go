@@ -64,13 +64,26 @@ func connErr(op, peer string, closing bool, cause error) error {
 
 func isClosedErr(err error) bool { return errors.Is(err, net.ErrClosed) }
 
+// closeStreams closes a connection's streams and returns the first
+// error other than "already closed".
+func closeStreams(socks []*net.TCPConn) error {
+	var first error
+	for _, c := range socks {
+		if err := c.Close(); err != nil && !isClosedErr(err) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // sendConn is an sdk.SendConn. Send appends to a queue and returns; the
 // writer goroutine writes the queued frames in order.
 type sendConn struct {
-	t    *tcpTransport
-	c    net.Conn
-	peer string
-	wake chan struct{} // a Send happened (capacity 1: one wakeup is enough)
+	t     *tcpTransport
+	c     net.Conn       // the first stream: the one frames go on
+	socks []*net.TCPConn // every stream (the others only serve a hand-off)
+	peer  string
+	wake  chan struct{} // a Send happened (capacity 1: one wakeup is enough)
 
 	mu      sync.Mutex
 	queue   []*request
@@ -78,8 +91,8 @@ type sendConn struct {
 	closing bool  // Close was called
 }
 
-func newSendConn(t *tcpTransport, c net.Conn) *sendConn {
-	return &sendConn{t: t, c: c, peer: c.RemoteAddr().String(), wake: make(chan struct{}, 1)}
+func newSendConn(t *tcpTransport, socks []*net.TCPConn) *sendConn {
+	return &sendConn{t: t, c: socks[0], socks: socks, peer: socks[0].RemoteAddr().String(), wake: make(chan struct{}, 1)}
 }
 
 // Send queues buf for the writer and wakes it. It never blocks.
@@ -168,7 +181,7 @@ func (s *sendConn) Close() error {
 	}
 	s.fail(nil)
 	s.t.untrack(s)
-	if err := s.c.Close(); err != nil && !isClosedErr(err) {
+	if err := closeStreams(s.socks); err != nil {
 		return fmt.Errorf("tcpexample: close connection to %s: %w", s.peer, err)
 	}
 	return nil
@@ -178,7 +191,8 @@ func (s *sendConn) Close() error {
 // goroutine, which reads the next frame into the request's buffer.
 type recvConn struct {
 	t      *tcpTransport
-	c      net.Conn
+	c      net.Conn // the first stream, as for sendConn
+	socks  []*net.TCPConn
 	peer   string
 	posted chan *request // the pending Recv (the SDK posts one at a time)
 	closed chan struct{} // closed by Close
@@ -188,8 +202,8 @@ type recvConn struct {
 	closing bool
 }
 
-func newRecvConn(t *tcpTransport, c net.Conn) *recvConn {
-	return &recvConn{t: t, c: c, peer: c.RemoteAddr().String(),
+func newRecvConn(t *tcpTransport, socks []*net.TCPConn) *recvConn {
+	return &recvConn{t: t, c: socks[0], socks: socks, peer: socks[0].RemoteAddr().String(),
 		posted: make(chan *request, 1), closed: make(chan struct{})}
 }
 
@@ -280,7 +294,7 @@ func (rc *recvConn) Close() error {
 	}
 	close(rc.closed)
 	rc.t.untrack(rc)
-	if err := rc.c.Close(); err != nil && !isClosedErr(err) {
+	if err := closeStreams(rc.socks); err != nil {
 		return fmt.Errorf("tcpexample: close connection from %s: %w", rc.peer, err)
 	}
 	return nil

@@ -4,17 +4,21 @@
 // github.com/gorun/gorun/plugins/sdk, which does the rest (tags, matching,
 // message lengths, memory sharing with the rank, requests).
 //
-// The design, in three files:
+// The design, in four files:
 //
 //   - main.go (this file): main, which hands the plugin to sdk.Serve, and
 //     the choice of the address to listen on.
 //   - transport.go: the sdk.Transport and its sdk.Listener: listening,
 //     connecting, closing.
-//   - conn.go: the connections. Each gorun connection is one TCP
-//     connection carrying frames (an 8-byte length, then the message).
+//   - conn.go: the connections. Each gorun connection the plugin serves
+//     itself is one TCP connection carrying frames (an 8-byte length, then the message).
 //     A writer goroutine per send side and a reader goroutine per receive
 //     side do the blocking I/O and complete the requests; the SDK's
 //     progress loop only polls them with Test, so nothing it calls blocks.
+//   - handoff.go: the hello that opens each TCP connection, and the
+//     hand-off (sdk.Handoff): when the rank allows it, every connection's
+//     sockets go to the rank, which moves the data with gorun's own TCP
+//     protocol, and the plugin leaves the data path.
 //
 // Build it with go build -o gorun-plugin-tcpexample . and use it with
 // gorun --plugin tcpexample.
@@ -35,7 +39,7 @@ func main() {
 	sdk.Serve(sdk.Plugin{
 		Name:        "tcpexample",
 		Version:     "0.1.0",
-		Description: "example transport over plain TCP (one connection per gorun connection)",
+		Description: "example transport over plain TCP (it hands its sockets to the rank)",
 		Transport:   newTransport,
 	})
 }
@@ -54,11 +58,15 @@ func newTransport(cfg sdk.Config) (sdk.Transport, error) {
 	if cfg.Logger != nil {
 		cfg.Logger.Debug("listening address chosen", "addr", ip, "iface", iface)
 	}
+	streams, err := streamsFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("tcpexample: %w", err)
+	}
 	wake := cfg.Wake
 	if wake == nil {
 		wake = func() {}
 	}
-	return &tcpTransport{ip: ip, iface: iface, wake: wake, open: make(map[closer]bool)}, nil
+	return &tcpTransport{ip: ip, iface: iface, wake: wake, streams: streams, open: make(map[closer]bool)}, nil
 }
 
 // pickAddr chooses the IPv4 address to listen on, and the name of its

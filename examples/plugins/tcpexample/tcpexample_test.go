@@ -19,6 +19,22 @@ func TestTransport(t *testing.T) {
 	})
 }
 
+// TestTransportHandoff runs the suite as a rank that adopts sockets
+// configures the transport: two streams per connection, gathered by the
+// listener, which the Handoff test hands off and moves messages over.
+func TestTransportHandoff(t *testing.T) {
+	sdktest.Run(t, func(t *testing.T) sdk.Transport {
+		tr, err := newTransport(sdk.Config{Rank: -1, Size: -1, LocalRank: -1, Handoff: true, Options: map[string]string{"addr": "127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := tr.(*tcpTransport).streams; n != defaultStreams {
+			t.Fatalf("%d streams per connection, want %d", n, defaultStreams)
+		}
+		return tr
+	})
+}
+
 // TestPickAddr checks the choice of the listening address.
 func TestPickAddr(t *testing.T) {
 	t.Setenv(envAddr, "")

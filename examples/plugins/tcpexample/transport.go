@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -31,9 +33,10 @@ func makeHandle(addr string) []byte {
 // tcpTransport is the sdk.Transport of one rank: it listens on one IPv4
 // address and keeps track of what it opened, so that Close can close it.
 type tcpTransport struct {
-	ip    netip.Addr // where listeners listen
-	iface string     // the interface that holds ip, for Devices
-	wake  func()     // sdk.Config.Wake
+	ip      netip.Addr // where listeners listen
+	iface   string     // the interface that holds ip, for Devices
+	wake    func()     // sdk.Config.Wake
+	streams int        // TCP connections per gorun connection (handoff.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -69,30 +72,45 @@ func (t *tcpTransport) Listen(ctx context.Context) (sdk.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcpexample: listen on %s: %w", t.ip, err)
 	}
-	l := &listener{t: t, ln: ln.(*net.TCPListener)}
+	l := &listener{t: t, ln: ln.(*net.TCPListener), ready: make(chan []*net.TCPConn),
+		done: make(chan struct{}), partial: map[[8]byte][]*net.TCPConn{}}
 	if err := t.track(l); err != nil {
 		ln.Close()
 		return nil, err
 	}
+	go l.acceptLoop()
 	return l, nil
 }
 
-// Connect parses the handle, dials it and starts the writer of the new
-// send side.
+// Connect parses the handle, opens the connection's streams, each with
+// its hello, and starts the writer of the new send side.
 func (t *tcpTransport) Connect(ctx context.Context, handle []byte) (sdk.SendConn, error) {
 	addr, err := parseHandle(handle)
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp4", addr.String())
-	if err != nil {
-		return nil, fmt.Errorf("tcpexample: connect to %s: %w", addr, err)
+	h := hello{count: t.streams}
+	if _, err := rand.Read(h.id[:]); err != nil {
+		return nil, fmt.Errorf("tcpexample: connect: %w", err)
 	}
-	tune(c.(*net.TCPConn))
-	s := newSendConn(t, c)
+	var d net.Dialer
+	socks := make([]*net.TCPConn, 0, t.streams)
+	for i := range t.streams {
+		c, err := d.DialContext(ctx, "tcp4", addr.String())
+		if err == nil {
+			socks = append(socks, c.(*net.TCPConn))
+			h.index = i
+			_, err = c.Write(h.marshal())
+		}
+		if err != nil {
+			closeAll(socks)
+			return nil, fmt.Errorf("tcpexample: connect to %s: %w", addr, err)
+		}
+		tune(c.(*net.TCPConn))
+	}
+	s := newSendConn(t, socks)
 	if err := t.track(s); err != nil {
-		c.Close()
+		closeAll(socks)
 		return nil, err
 	}
 	go s.writer()
@@ -147,18 +165,18 @@ func (t *tcpTransport) Close() error {
 	return nil
 }
 
-// listener is an sdk.Listener: a TCP listener whose Accept returns
-// receive sides.
+// listener is an sdk.Listener: a TCP listener and the goroutines that
+// read each new stream's hello and gather the streams of a connection;
+// Accept returns the receive sides of complete ones.
 type listener struct {
 	t      *tcpTransport
 	ln     *net.TCPListener
+	ready  chan []*net.TCPConn // the streams of a connection, in order
+	done   chan struct{}       // closed by Close
 	closed atomic.Bool
-	// accepting is held by one Accept at a time: the deadline that ends
-	// an Accept whose ctx ended is the listener's, and would end another
-	// Accept too. A caller that gave up on an Accept (its ctx's deadline)
-	// can start the next before the first has returned here, the calls
-	// coming over RPC.
-	accepting sync.Mutex
+
+	mu      sync.Mutex
+	partial map[[8]byte][]*net.TCPConn // connections still missing streams
 }
 
 // Handle returns "tcpexample/IP:PORT/CHECKSUM".
@@ -166,46 +184,113 @@ func (l *listener) Handle() []byte {
 	return makeHandle(l.ln.Addr().String())
 }
 
-// Accept waits for the next connection, or for ctx to end: net.Listener's
-// Accept knows no context, so when ctx ends we set a deadline in the past,
-// which makes the pending Accept return.
-func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
-	l.accepting.Lock()
-	defer l.accepting.Unlock()
-	set := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() { l.ln.SetDeadline(time.Unix(1, 0)); close(set) })
-	c, err := l.ln.AcceptTCP()
-	if !stop() {
-		// The deadline was set: clear it once it is, so that the next
-		// Accept waits again.
-		<-set
-		l.ln.SetDeadline(time.Time{})
+// acceptLoop accepts streams until the listener closes.
+func (l *listener) acceptLoop() {
+	for {
+		c, err := l.ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		go l.gather(c)
 	}
-	if err != nil {
-		if l.closed.Load() {
-			return nil, fmt.Errorf("tcpexample: accept: %w", sdk.ErrClosed)
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("tcpexample: accept: %w", ctx.Err())
-		}
-		return nil, fmt.Errorf("tcpexample: accept: %w", err)
+}
+
+// gather reads the hello of a new stream and files the stream with the
+// others of its connection; the last one to arrive completes it.
+func (l *listener) gather(c *net.TCPConn) {
+	c.SetReadDeadline(time.Now().Add(helloTimeout))
+	var b [helloSize]byte
+	_, err := io.ReadFull(c, b[:])
+	c.SetReadDeadline(time.Time{})
+	h, perr := parseHello(b[:])
+	if err != nil || perr != nil {
+		c.Close() // not one of ours, or too slow
+		return
 	}
 	tune(c)
-	r := newRecvConn(l.t, c)
-	if err := l.t.track(r); err != nil {
+	l.mu.Lock()
+	socks := l.partial[h.id]
+	if socks == nil {
+		socks = make([]*net.TCPConn, h.count)
+		l.partial[h.id] = socks
+		id := h.id
+		time.AfterFunc(helloTimeout, func() { l.drop(id) })
+	}
+	if len(socks) != h.count || socks[h.index] != nil {
+		l.mu.Unlock()
 		c.Close()
+		return
+	}
+	socks[h.index] = c
+	for _, s := range socks {
+		if s == nil {
+			l.mu.Unlock()
+			return
+		}
+	}
+	delete(l.partial, h.id)
+	l.mu.Unlock()
+	select {
+	case l.ready <- socks:
+	case <-l.done:
+		closeAll(socks)
+	}
+}
+
+// drop gives up on a connection whose streams did not all arrive in time.
+func (l *listener) drop(id [8]byte) {
+	l.mu.Lock()
+	socks := l.partial[id]
+	delete(l.partial, id)
+	l.mu.Unlock()
+	closeAll(socks)
+}
+
+// Accept waits for the next complete connection, or for ctx to end.
+func (l *listener) Accept(ctx context.Context) (sdk.RecvConn, error) {
+	var socks []*net.TCPConn
+	select {
+	case socks = <-l.ready:
+	case <-l.done:
+		return nil, fmt.Errorf("tcpexample: accept: %w", sdk.ErrClosed)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("tcpexample: accept: %w", ctx.Err())
+	}
+	r := newRecvConn(l.t, socks)
+	if err := l.t.track(r); err != nil {
+		closeAll(socks)
 		return nil, err
 	}
 	go r.reader()
 	return r, nil
 }
 
-// Close stops listening; the connections it accepted stay open.
+// Close stops listening; the connections it accepted stay open, those
+// still gathering their streams close.
 func (l *listener) Close() error {
-	l.closed.Store(true)
+	if l.closed.Swap(true) {
+		return nil
+	}
+	close(l.done)
 	l.t.untrack(l)
-	if err := l.ln.Close(); err != nil && !isClosedErr(err) {
+	err := l.ln.Close()
+	l.mu.Lock()
+	for id, socks := range l.partial {
+		closeAll(socks)
+		delete(l.partial, id)
+	}
+	l.mu.Unlock()
+	if err != nil && !isClosedErr(err) {
 		return fmt.Errorf("tcpexample: close listener: %w", err)
 	}
 	return nil
+}
+
+// closeAll closes the streams in socks that are open (not nil).
+func closeAll(socks []*net.TCPConn) {
+	for _, c := range socks {
+		if c != nil {
+			c.Close()
+		}
+	}
 }

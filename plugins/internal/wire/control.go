@@ -51,6 +51,17 @@ type InitReq struct {
 	LocalRank int               `json:"local_rank"`
 	Iface     string            `json:"iface,omitempty"`
 	Options   map[string]string `json:"options,omitempty"`
+	// Handoff says that the host adopts the sockets of connections the
+	// plugin hands off (sdk.Handoff).
+	Handoff bool `json:"handoff,omitempty"`
+}
+
+// InitReply says how the plugin will serve the rank. (Plugins built before
+// hand-off answer Empty, which reads as the zero InitReply.)
+type InitReply struct {
+	// Handoff says that every connection's sockets go to the host
+	// (ConnReply.Sockets), whose own TCP protocol then moves the data.
+	Handoff bool `json:"handoff,omitempty"`
 }
 
 // Device is one device a transport can use (sdk.Device).
@@ -88,6 +99,10 @@ type ConnectReq struct {
 type ConnReply struct {
 	ID   uint64 `json:"id"`
 	Peer string `json:"peer"`
+	// Sockets, when not 0, is how many sockets the plugin handed off: the
+	// host fetches them over the region socket (RegionSockets with ID)
+	// and the plugin no longer knows the connection.
+	Sockets int `json:"sockets,omitempty"`
 }
 
 // HandleReply carries a collective's handle.
@@ -104,7 +119,7 @@ type JoinReq struct {
 // messages; the data plane never uses it.
 type Control interface {
 	Info(context.Context, *Empty) (*InfoReply, error)
-	Init(context.Context, *InitReq) (*Empty, error)
+	Init(context.Context, *InitReq) (*InitReply, error)
 	Devices(context.Context, *Empty) (*DevicesReply, error)
 	Listen(context.Context, *Empty) (*ListenReply, error)
 	Accept(context.Context, *IDReq) (*ConnReply, error)

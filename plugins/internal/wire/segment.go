@@ -138,58 +138,78 @@ func (b *Bell) WaitFor(d time.Duration) error {
 // Close closes the bell; a Wait in progress returns an error.
 func (b *Bell) Close() error { return b.f.Close() }
 
-// RegionMsg is what the host sends over the socket with a region's
-// descriptor, and what the plugin answers (Status 0: mapped).
+// RegionMsg is what the host sends over the socket: a region's descriptor
+// to map (Op RegionMap), or a request for the sockets of a connection the
+// plugin hands off (Op RegionSockets, ID the connection's). The plugin
+// answers each with the same ID: Status 0 when it mapped the region, or
+// the sockets, Size of them, attached.
 type RegionMsg struct {
 	ID     uint64
 	Size   uint64
 	Status uint64
 }
 
+// The requests on the region socket, carried in a request's Status field
+// (answers carry the outcome there; hosts before hand-off sent only
+// RegionMap, 0).
+const (
+	// RegionMap asks the plugin to map the attached region.
+	RegionMap = 0
+	// RegionSockets asks for the sockets of a handed-off connection.
+	RegionSockets = 1
+)
+
+// MaxSockets is the most descriptors one RegionMsg carries.
+const MaxSockets = 16
+
 // RegionMsgSize is the encoded size of a RegionMsg.
 const RegionMsgSize = 24
 
-// SendRegion sends m with fd (or no descriptor when fd < 0).
-func SendRegion(c *net.UnixConn, m RegionMsg, fd int) error {
+// SendRegion sends m with the descriptors fds (none, a region's, or a
+// connection's sockets: at most MaxSockets).
+func SendRegion(c *net.UnixConn, m RegionMsg, fds ...int) error {
+	if len(fds) > MaxSockets {
+		return fmt.Errorf("%d descriptors in one region message (at most %d)", len(fds), MaxSockets)
+	}
 	var b [RegionMsgSize]byte
 	binary.LittleEndian.PutUint64(b[0:], m.ID)
 	binary.LittleEndian.PutUint64(b[8:], m.Size)
 	binary.LittleEndian.PutUint64(b[16:], m.Status)
 	var oob []byte
-	if fd >= 0 {
-		oob = unix.UnixRights(fd)
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
 	}
 	_, _, err := c.WriteMsgUnix(b[:], oob, nil)
 	return err
 }
 
-// RecvRegion reads one RegionMsg and the descriptor that came with it (-1
-// if none).
-func RecvRegion(c *net.UnixConn) (RegionMsg, int, error) {
+// RecvRegion reads one RegionMsg and the descriptors that came with it,
+// which the caller owns.
+func RecvRegion(c *net.UnixConn) (RegionMsg, []int, error) {
 	var b [RegionMsgSize]byte
-	oob := make([]byte, unix.CmsgSpace(4))
+	oob := make([]byte, unix.CmsgSpace(4*MaxSockets))
 	n, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
 	if err != nil {
-		return RegionMsg{}, -1, err
+		return RegionMsg{}, nil, err
 	}
-	fd := -1
+	var fds []int
 	if oobn > 0 {
-		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-		if err == nil && len(msgs) == 1 {
-			if fds, err := unix.ParseUnixRights(&msgs[0]); err == nil && len(fds) == 1 {
-				fd = fds[0]
+		msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+		for i := range msgs {
+			if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+				fds = append(fds, got...)
 			}
 		}
 	}
 	if n != RegionMsgSize {
-		if fd >= 0 {
+		for _, fd := range fds {
 			unix.Close(fd)
 		}
-		return RegionMsg{}, -1, fmt.Errorf("%w: region message of %d bytes", transport.ErrProtocol, n)
+		return RegionMsg{}, nil, fmt.Errorf("%w: region message of %d bytes", transport.ErrProtocol, n)
 	}
 	return RegionMsg{
 		ID:     binary.LittleEndian.Uint64(b[0:]),
 		Size:   binary.LittleEndian.Uint64(b[8:]),
 		Status: binary.LittleEndian.Uint64(b[16:]),
-	}, fd, nil
+	}, fds, nil
 }

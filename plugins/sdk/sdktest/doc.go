@@ -82,6 +82,10 @@
 //   - Process/Kill: when the peer process is killed with SIGKILL, a pending
 //     receive and a pending send of 16 MiB fail with sdk.ErrPeerLost within
 //     LostWithin.
+//   - Handoff (only for a Transport that implements sdk.Handoff): both
+//     sides of a new connection hand off the same number of sockets (1 to
+//     16), which gorun's TCP protocol adopts and carries messages over,
+//     also after both Transports closed.
 //
 // A send "done" before anybody received it is allowed (a transport may
 // buffer), so the tests that close or kill the peer only require

@@ -63,6 +63,7 @@ func Run(t *testing.T, newTransport func(t *testing.T) sdk.Transport) {
 		{"Close", s.testClose},
 		{"TransportClose", s.testTransportClose},
 		{"Process", s.testProcess},
+		{"Handoff", s.testHandoff},
 	} {
 		t.Run(tc.name, tc.f)
 	}
