@@ -316,7 +316,7 @@ func newSendConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 	c := &sendConn{
 		endpoint: newEndpoint(t, "isend", sock, seg, bell, peerBell, offSendFlag, offRecvFlag),
 		eager:    t.opts.EagerLimit,
-		chunk:    seg.data.MaxPayload(),
+		chunk:    min(seg.data.MaxPayload(), streamChunk),
 		consumed: seg.u64(offConsumed),
 		pending:  make(map[uint64]*sendReq),
 		rdv:      make(map[uint64]*sendReq),

@@ -27,8 +27,8 @@
 // Messages up to Options.EagerLimit are copied into the data ring, and the
 // send is done as soon as they are there. Larger ones send an RTS record;
 // when the receive is posted the receiver answers CTS and the sender copies
-// the message through the ring in chunks of a quarter ring, pipelined with
-// the receiver copying them out. When the send buffer lies in a
+// the message through the ring in chunks of 64 KiB (at most a quarter
+// ring), pipelined with the receiver copying them out. When the send buffer lies in a
 // transport.Region registered on the connection, the region's memfd was
 // passed to the receiver once at RegMR time, the RTS names the region and
 // offset, and the receiver copies straight from the sender's memory into

@@ -31,6 +31,16 @@ const (
 	// messages a receiver holds before their receives are posted.
 	eagerWindow   = 4 << 20
 	eagerOverhead = 64
+	// streamChunk is the most of a large message the sender copies into
+	// the ring per record (less when a quarter ring is less), pipelined
+	// with the receiver copying the records out. Measured with 2 ranks
+	// bound to the 2 cores of a Xeon VM (2 MiB L2 each), 16 MiB sendrecv:
+	// 64 KiB chunks in the 1 MiB ring 5.6 GB/s against 4.9 for a quarter
+	// ring (256 KiB), 16 and 32 KiB 5.0 and 5.2; 256 KiB messages 3.5
+	// against 3.0; allreduce level to 10% ahead; 4 ranks on the 2 cores
+	// level. Smaller chunks keep the data that one side writes in the
+	// other's reach while it is still in cache.
+	streamChunk = 64 << 10
 	// zcopyStep is the most a zero-copy receive copies per poll, so that
 	// other work on the connection is not held up for long.
 	zcopyStep = 4 << 20
