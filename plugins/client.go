@@ -62,6 +62,8 @@ type Info struct {
 	Description string `json:"description,omitempty"`
 	Transport   bool   `json:"transport"`
 	Collective  bool   `json:"collective"`
+	// Memory says the plugin manages device memory (sdk.Memory).
+	Memory bool `json:"memory,omitempty"`
 }
 
 // Client is an open plugin process serving one rank: its control

@@ -165,7 +165,7 @@ func Inspect(ctx context.Context, path string, o Options) (Info, []Device, error
 	defer c.Close()
 	info := c.Info()
 	var devs []Device
-	if info.Transport {
+	if info.Transport || info.Memory {
 		if devs, err = c.Devices(ctx); err != nil {
 			return info, nil, err
 		}
@@ -231,6 +231,9 @@ func WriteListing(out io.Writer, dirs []string, ls []Listing) error {
 		}
 		if l.Info.Collective {
 			kind = append(kind, "collective")
+		}
+		if l.Info.Memory {
+			kind = append(kind, "device")
 		}
 		devs := []string{}
 		for _, d := range l.Devices {

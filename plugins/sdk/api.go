@@ -48,6 +48,9 @@ type Plugin struct {
 	// Collective makes the plugin's collective implementation for one rank;
 	// nil when the plugin provides none.
 	Collective func(cfg Config) (Collective, error)
+	// Memory makes the plugin's device memory for one rank (a GPU's); nil
+	// when the plugin manages none.
+	Memory func(cfg Config) (Memory, error)
 }
 
 // Config is what the SDK tells a plugin about the rank that started it.
@@ -209,6 +212,40 @@ type Request interface {
 	// ErrClosed after Close). The SDK stops calling Test once it reported
 	// done. A request whose peer died must report it within a few seconds.
 	Test() (done bool, n int, err error)
+}
+
+// Memory is what a device plugin author implements: memory on the rank's
+// accelerator (a GPU), which the rank fills and reads through the plugin,
+// shares with the other ranks of its host (Export and Import), and on
+// which the collectives copy and reduce (gorun's DeviceBuffer and its
+// collectives). Pointers are the plugin's: opaque numbers to the rank,
+// which adds offsets to none of them (offsets travel beside them). Every
+// method may be called from several goroutines.
+type Memory interface {
+	// Devices lists the accelerators the plugin sees.
+	Devices(ctx context.Context) ([]Device, error)
+	// Alloc allocates bytes of device memory.
+	Alloc(bytes int) (uint64, error)
+	// Free frees what Alloc returned, or unmaps what Import did.
+	Free(p uint64) error
+	// Write copies src into device memory at p+off.
+	Write(p uint64, off int, src []byte) error
+	// Read copies device memory at p+off into dst.
+	Read(dst []byte, p uint64, off int) error
+	// Export returns the bytes by which another process of this host
+	// maps the allocation p (a CUDA IPC handle): at most 4096.
+	Export(p uint64) ([]byte, error)
+	// Import maps the allocation another rank's plugin exported.
+	Import(handle []byte) (uint64, error)
+	// Copy copies bytes from src+srcOff to dst+dstOff, either of which may
+	// be imported.
+	Copy(dst uint64, dstOff int, src uint64, srcOff int, bytes int) error
+	// Reduce sets dst[i] = op(dst[i], src[i]) for count elements of dtype
+	// ("float32", "float16", "bfloat16"; op "sum", "min", "max"), at
+	// dst+dstOff and src+srcOff; ErrNotSupported for a pair it lacks.
+	Reduce(op, dtype string, dst uint64, dstOff int, src uint64, srcOff int, count int) error
+	// Close frees everything.
+	Close() error
 }
 
 // Collective is what a collective plugin author implements: collective

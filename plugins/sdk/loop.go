@@ -382,6 +382,11 @@ func (l *loop) mem(b []byte) ([]byte, Registration, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return l.refMem(ref)
+}
+
+// refMem returns the shared memory ref names.
+func (l *loop) refMem(ref wire.Ref) ([]byte, Registration, error) {
 	l.mu.Lock()
 	r := l.regions[ref.Region]
 	l.mu.Unlock()

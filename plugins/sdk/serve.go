@@ -34,8 +34,8 @@ func Serve(p Plugin) {
 	// JSON on standard error: go-plugin's host side parses it and gorun
 	// shows each entry tagged with the plugin's name.
 	log := hclog.New(&hclog.LoggerOptions{Name: p.Name, Level: level, Output: os.Stderr, JSONFormat: true})
-	if p.Transport == nil && p.Collective == nil {
-		log.Error("the plugin provides neither a transport nor a collective")
+	if p.Transport == nil && p.Collective == nil && p.Memory == nil {
+		log.Error("the plugin provides no transport, collective or memory")
 		os.Exit(1)
 	}
 	// The plugin inherits the rank's GOMAXPROCS (gorun bench sets 1): one
@@ -77,6 +77,7 @@ type server struct {
 	inited    bool
 	tr        Transport
 	coll      Collective
+	mem       Memory
 	loop      *loop
 	listeners map[uint64]Listener
 	nextID    uint64
@@ -95,6 +96,7 @@ func (s *server) Info(context.Context, *wire.Empty) (*wire.InfoReply, error) {
 	return &wire.InfoReply{
 		Name: s.p.Name, Version: s.p.Version, Description: s.p.Description,
 		Transport: s.p.Transport != nil, Collective: s.p.Collective != nil,
+		Memory: s.p.Memory != nil,
 	}, nil
 }
 
@@ -141,9 +143,17 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.InitReply, 
 			err = fmt.Errorf("%s: starting the collective: %w", s.p.Name, err)
 		}
 	}
+	if err == nil && s.p.Memory != nil {
+		if s.mem, err = s.p.Memory(cfg); err != nil {
+			err = fmt.Errorf("%s: starting the device memory: %w", s.p.Name, err)
+		}
+	}
 	if err != nil {
 		if s.tr != nil {
 			s.tr.Close()
+		}
+		if s.coll != nil {
+			s.coll.Close()
 		}
 		seg.Unmap()
 		sock.Close()
@@ -191,13 +201,23 @@ func (s *server) transport() (Transport, error) {
 }
 
 func (s *server) Devices(ctx context.Context, _ *wire.Empty) (*wire.DevicesReply, error) {
-	t, err := s.transport()
-	if err != nil {
-		return nil, err
-	}
-	devs, err := t.Devices(ctx)
-	if err != nil {
-		return nil, err
+	var devs []Device
+	s.mu.Lock()
+	tr, mem := s.tr, s.mem
+	s.mu.Unlock()
+	if tr == nil && mem != nil {
+		var err error
+		if devs, err = mem.Devices(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		t, err := s.transport()
+		if err != nil {
+			return nil, err
+		}
+		if devs, err = t.Devices(ctx); err != nil {
+			return nil, err
+		}
 	}
 	out := &wire.DevicesReply{Devices: []wire.Device{}}
 	for _, d := range devs {
@@ -343,6 +363,9 @@ func (s *server) shutdown() {
 	}
 	if s.coll != nil {
 		s.coll.Close()
+	}
+	if s.mem != nil {
+		s.mem.Close()
 	}
 	if s.tr != nil {
 		s.tr.Close()

@@ -41,6 +41,8 @@ type InfoReply struct {
 	Description string `json:"description,omitempty"`
 	Transport   bool   `json:"transport"`
 	Collective  bool   `json:"collective"`
+	// Memory says the plugin manages device memory (sdk.Memory).
+	Memory bool `json:"memory,omitempty"`
 }
 
 // InitReq starts the plugin's transport and collective for one rank (Rank
@@ -115,6 +117,31 @@ type JoinReq struct {
 	Handles [][]byte `json:"handles"`
 }
 
+// MemReq is a request about device memory: which fields count depends on
+// the call (DevAlloc: Bytes; DevFree, DevExport: Ptr; DevWrite, DevRead:
+// Ptr, Off and Ref, the shared memory to copy from or to; DevImport:
+// Handle; DevCopy: Ptr, Off, Src, SrcOff and Bytes; DevReduce: those with
+// Count elements, Op and DType).
+type MemReq struct {
+	Ptr    uint64 `json:"ptr,omitempty"`
+	Off    uint64 `json:"off,omitempty"`
+	Src    uint64 `json:"src,omitempty"`
+	SrcOff uint64 `json:"src_off,omitempty"`
+	Bytes  uint64 `json:"bytes,omitempty"`
+	Count  uint64 `json:"count,omitempty"`
+	Op     string `json:"op,omitempty"`
+	DType  string `json:"dtype,omitempty"`
+	Ref    Ref    `json:"ref,omitzero"`
+	Handle []byte `json:"handle,omitempty"`
+}
+
+// MemReply answers a MemReq: a new pointer (DevAlloc, DevImport) or a
+// handle (DevExport).
+type MemReply struct {
+	Ptr    uint64 `json:"ptr,omitempty"`
+	Handle []byte `json:"handle,omitempty"`
+}
+
 // Control is the plugin's control service. Errors cross as gRPC status
 // messages; the data plane never uses it.
 type Control interface {
@@ -127,6 +154,14 @@ type Control interface {
 	CloseListener(context.Context, *IDReq) (*Empty, error)
 	CollHandle(context.Context, *Empty) (*HandleReply, error)
 	CollJoin(context.Context, *JoinReq) (*Empty, error)
+	DevAlloc(context.Context, *MemReq) (*MemReply, error)
+	DevFree(context.Context, *MemReq) (*Empty, error)
+	DevWrite(context.Context, *MemReq) (*Empty, error)
+	DevRead(context.Context, *MemReq) (*Empty, error)
+	DevExport(context.Context, *MemReq) (*MemReply, error)
+	DevImport(context.Context, *MemReq) (*MemReply, error)
+	DevCopy(context.Context, *MemReq) (*Empty, error)
+	DevReduce(context.Context, *MemReq) (*Empty, error)
 }
 
 const service = "gorun.plugin.v1.Control"
@@ -211,6 +246,14 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "CloseListener", Handler: unary(Control.CloseListener)},
 		{MethodName: "CollHandle", Handler: unary(Control.CollHandle)},
 		{MethodName: "CollJoin", Handler: unary(Control.CollJoin)},
+		{MethodName: "DevAlloc", Handler: unary(Control.DevAlloc)},
+		{MethodName: "DevFree", Handler: unary(Control.DevFree)},
+		{MethodName: "DevWrite", Handler: unary(Control.DevWrite)},
+		{MethodName: "DevRead", Handler: unary(Control.DevRead)},
+		{MethodName: "DevExport", Handler: unary(Control.DevExport)},
+		{MethodName: "DevImport", Handler: unary(Control.DevImport)},
+		{MethodName: "DevCopy", Handler: unary(Control.DevCopy)},
+		{MethodName: "DevReduce", Handler: unary(Control.DevReduce)},
 	},
 }
 
