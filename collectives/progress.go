@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -26,8 +27,15 @@ type progressLog struct {
 }
 
 // arrivalSlot holds one arrival. gen is the arrival's number plus 1 once
-// it is written, 0 while it is being written: a reader that sees the same
-// gen before and after reading the fields read one arrival whole.
+// it is written, and that with slotBusy set while it is being written: a
+// reader that sees the same gen before and after reading the fields read
+// one arrival whole. Arrivals n and n+ProgressArrivals share a slot; a
+// writer that finds a later arrival in it (written or being written)
+// leaves its own out, and one that finds an earlier one being written
+// waits for it, so that the latest arrival is the one that stays.
+// slotBusy marks an arrivalSlot's gen while the slot is being written.
+const slotBusy = 1 << 63
+
 type arrivalSlot struct {
 	gen  atomic.Uint64
 	seq  atomic.Uint64
@@ -40,9 +48,25 @@ type arrivalSlot struct {
 // communicator named *comm (a string that never changes).
 func (l *progressLog) arrive(comm *string, seq uint32, kind Collective) {
 	at := time.Now().UnixNano()
-	n := l.arrivals.Add(1) - 1
+	l.write(l.arrivals.Add(1)-1, at, comm, seq, kind)
+}
+
+// write puts arrival n in its slot, unless a later one has it.
+func (l *progressLog) write(n uint64, at int64, comm *string, seq uint32, kind Collective) {
 	s := &l.ring[n%ProgressArrivals]
-	s.gen.Store(0)
+	for {
+		old := s.gen.Load()
+		if old&^slotBusy > n+1 {
+			return // a later arrival has the slot
+		}
+		if old&slotBusy != 0 {
+			runtime.Gosched() // an earlier one is being written: let it end
+			continue
+		}
+		if s.gen.CompareAndSwap(old, (n+1)|slotBusy) {
+			break
+		}
+	}
 	s.seq.Store(uint64(seq))
 	s.at.Store(at)
 	s.kind.Store(uint32(kind))

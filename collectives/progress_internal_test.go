@@ -48,3 +48,20 @@ func TestProgressConcurrent(t *testing.T) {
 		t.Errorf("%d calls, %d arrivals", p.Calls, len(p.Arrivals))
 	}
 }
+
+// An arrival whose writer fell a whole ring behind (a later arrival wrote
+// its slot first) leaves that later one in place: the log keeps the
+// latest ProgressArrivals arrivals, none left out.
+func TestProgressLateWriter(t *testing.T) {
+	var l progressLog
+	a, b := "late", "later"
+	l.arrivals.Store(ProgressArrivals + 1)
+	for i := uint64(1); i <= ProgressArrivals; i++ {
+		l.write(i, int64(i), &b, uint32(i), CollBroadcast)
+	}
+	l.write(0, 0, &a, 0, CollAllReduce) // arrival 0's writer, late
+	p := l.progress()
+	if len(p.Arrivals) != ProgressArrivals || p.Arrivals[len(p.Arrivals)-1].Seq != ProgressArrivals || p.Arrivals[len(p.Arrivals)-1].Comm != "later" {
+		t.Errorf("%d arrivals, the last %+v", len(p.Arrivals), p.Arrivals[len(p.Arrivals)-1])
+	}
+}
