@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gorun/gorun/plugins"
 )
 
 // Defaults of [Options].
@@ -149,9 +151,10 @@ type Communicator struct {
 	// messages it no longer needed.
 	opCtx      context.Context
 	opCancel   context.CancelCauseFunc
-	release    func()    // closes what Init opened for the world communicator
-	transports string    // what Init connected with ("shm+tcp"), "" for New
-	offload    Offloader // the world communicator's collective plugin, or nil
+	release    func()          // closes what Init opened for the world communicator
+	transports string          // what Init connected with ("shm+tcp"), "" for New
+	offload    Offloader       // the world communicator's collective plugin, or nil
+	device     *plugins.Memory // the world communicator's device plugin's memory, or nil
 	offloaded  atomic.Uint64
 }
 

@@ -324,6 +324,9 @@ func newWorld(e *endpoint, size int, opts *Options) (*Communicator, error) {
 	c.transports = describe(e)
 	c.offload = e.offload
 	c.arena.shared = e.plugin != nil
+	if e.plugin != nil && e.plugin.Info().Memory {
+		c.device, _ = e.plugin.Memory()
+	}
 	return c, nil
 }
 

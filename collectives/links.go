@@ -290,6 +290,9 @@ func (st *initState) checkPlugin(r int, k transport.Kind) error {
 	if k != transport.KindTCP || s.Plugin == "" || s.Fallback == "tcp" || (st.mode != transport.ModePlugin && st.e.hosts[r] == s.Host) {
 		return nil
 	}
+	if st.e.plugin != nil && !st.e.plugin.Info().Transport {
+		return nil // a device plugin: it has no transport to want
+	}
 	who, why := r, st.recs[r].PluginErr
 	if st.rec.Plugin == nil {
 		who, why = s.Rank, st.rec.PluginErr

@@ -1,0 +1,165 @@
+package collectives_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/gorun/gorun/collectives"
+)
+
+var cudaBins struct {
+	once     sync.Once
+	dir, lib string
+	plugin   string
+	err      error
+}
+
+// cudaPlugin builds the CUDA plugin and the fake driver (4 GPUs) once per
+// test binary, and points the plugins this test starts at the fake.
+func cudaPlugin(t *testing.T) string {
+	t.Helper()
+	cudaBins.once.Do(func() {
+		if cudaBins.dir, cudaBins.err = os.MkdirTemp("", "coll-cuda"); cudaBins.err != nil {
+			return
+		}
+		cudaBins.plugin = filepath.Join(cudaBins.dir, "gorun-plugin-cuda")
+		cudaBins.lib = filepath.Join(cudaBins.dir, "libfakecuda.so")
+		for _, c := range [][]string{
+			{"go", "build", "-o", cudaBins.plugin, "github.com/gorun/gorun/plugins/cuda"},
+			{"cc", "-shared", "-fPIC", "-O2", "-o", cudaBins.lib, "../plugins/cuda/fakecuda/fakecuda.c", "-lm"},
+		} {
+			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+				cudaBins.err = fmt.Errorf("%v: %v\n%s", c, err, out)
+				return
+			}
+		}
+	})
+	if cudaBins.err != nil {
+		t.Fatal(cudaBins.err)
+	}
+	t.Setenv("GORUN_CUDA_DRIVER", cudaBins.lib)
+	t.Setenv("FAKECUDA_DEVICES", "4")
+	return cudaBins.plugin
+}
+
+// element i of rank r's input: small integers, exact in every type and in
+// any order of summation.
+func deviceInput(r, i int) float32 { return float32((r*7+i*3)%23 - 11) }
+
+func encodeAs(dtype collectives.DType, xs []float32) []byte {
+	var b []byte
+	for _, x := range xs {
+		switch dtype {
+		case collectives.Float32:
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+		case collectives.FP16:
+			b = binary.LittleEndian.AppendUint16(b, uint16(collectives.Float16FromFloat32(x)))
+		case collectives.BF16:
+			b = binary.LittleEndian.AppendUint16(b, uint16(collectives.BFloat16FromFloat32(x)))
+		}
+	}
+	return b
+}
+
+// Four ranks with a GPU each (fake) all-reduce device buffers on one host
+// (through each other's mapped buffers) and on two (through host memory),
+// for every type and operator, at lengths that leave some ranks no part;
+// every rank ends with the serial result.
+func TestAllReduceDevice(t *testing.T) {
+	bin := cudaPlugin(t)
+	for _, hosts := range [][]int{nil, {0, 0, 1, 1}} {
+		t.Run(fmt.Sprintf("hosts %v", hosts), func(t *testing.T) {
+			errs := pluginWorld(t, 4, collectives.Setup{Plugin: bin}, hosts, func(c *collectives.Communicator) error {
+				ctx := context.Background()
+				for _, dtype := range []collectives.DType{collectives.Float32, collectives.FP16, collectives.BF16} {
+					for _, op := range []collectives.Op{collectives.Sum, collectives.Min, collectives.Max} {
+						for _, count := range []int{1, 3, 1000, 100003} {
+							in, want := make([]float32, count), make([]float32, count)
+							for i := range in {
+								in[i] = deviceInput(c.Rank(), i)
+								for r := range c.Size() {
+									x := deviceInput(r, i)
+									switch {
+									case r == 0:
+										want[i] = x
+									case op == collectives.Sum:
+										want[i] += x
+									case op == collectives.Min:
+										want[i] = min(want[i], x)
+									default:
+										want[i] = max(want[i], x)
+									}
+								}
+							}
+							b, err := c.AllocDevice(ctx, count*dtype.Size())
+							if err != nil {
+								return err
+							}
+							if err := b.Write(ctx, 0, encodeAs(dtype, in)); err != nil {
+								return err
+							}
+							if err := collectives.AllReduceDevice(ctx, c, b, dtype, op); err != nil {
+								return fmt.Errorf("%s %s, %d elements: %w", op, dtype, count, err)
+							}
+							got := make([]byte, b.Len())
+							if err := b.Read(ctx, 0, got); err != nil {
+								return err
+							}
+							if string(got) != string(encodeAs(dtype, want)) {
+								return fmt.Errorf("%s %s, %d elements: not the serial result", op, dtype, count)
+							}
+							if err := b.Free(ctx); err != nil {
+								return err
+							}
+						}
+					}
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// Without a device plugin, or with what the GPU cannot reduce, the device
+// calls fail with errors that say so.
+func TestDeviceErrors(t *testing.T) {
+	bin := cudaPlugin(t)
+	errs := pluginWorld(t, 2, collectives.Setup{}, nil, func(c *collectives.Communicator) error {
+		if _, err := c.AllocDevice(context.Background(), 8); !errors.Is(err, collectives.ErrNoDevice) {
+			return fmt.Errorf("AllocDevice without a plugin = %v", err)
+		}
+		return nil
+	})
+	errs = append(errs, pluginWorld(t, 2, collectives.Setup{Plugin: bin}, nil, func(c *collectives.Communicator) error {
+		ctx := context.Background()
+		b, err := c.AllocDevice(ctx, 16)
+		if err != nil {
+			return err
+		}
+		defer b.Free(ctx)
+		if err := collectives.AllReduceDevice(ctx, c, b, collectives.Float64, collectives.Sum); !errors.Is(err, collectives.ErrInvalid) {
+			return fmt.Errorf("float64 = %v", err)
+		}
+		if err := collectives.AllReduceDevice(ctx, c, b, collectives.Float32, collectives.Prod); !errors.Is(err, collectives.ErrInvalid) {
+			return fmt.Errorf("prod = %v", err)
+		}
+		if err := b.Write(ctx, 12, make([]byte, 8)); !errors.Is(err, collectives.ErrInvalid) {
+			return fmt.Errorf("a write past the end = %v", err)
+		}
+		return nil
+	})...)
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
