@@ -38,13 +38,15 @@ build: plugins
 
 # The shipped plugins, into lib/gorun/plugins (gorun --plugin-dir
 # lib/gorun/plugins, or make install-plugins). The fabric plugin links
-# libfabric (libfabric-dev) with cgo; gorun does not. The example plugins
+# libfabric (libfabric-dev) with cgo; gorun does not. The CUDA plugin
+# uses cgo only to dlopen libcuda.so.1: it builds without CUDA. The example plugins
 # in examples/plugins are not shipped: their tests build them.
 PLUGIN_DIR := lib/gorun/plugins
 plugins:
 	@mkdir -p $(PLUGIN_DIR)
 	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
 	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
+	CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-cuda ./plugins/cuda
 
 # Where every user's gorun finds them without --plugin-dir.
 install-plugins: plugins

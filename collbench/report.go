@@ -91,6 +91,7 @@ type Header struct {
 	Transport             string // e.g. "shm+tcp"
 	Iters, Warmup         int    // timed and untimed (warm-up) iterations per size
 	Command               string // the command line
+	Device                string // the device buffers' plugin ("cuda"), or "" for host memory
 }
 
 // Column layout of the table: widths of size, count, type, redop, time,
@@ -228,6 +229,7 @@ func headerLines(h Header) [][2]string {
 	num("Ranks", h.Ranks)
 	num("Hosts", h.Hosts)
 	add("Transport", h.Transport)
+	add("Device buffers", h.Device)
 	if h.Iters != 0 || h.Warmup != 0 {
 		add("Iterations", fmt.Sprintf("%d (after %d warm-up)", h.Iters, h.Warmup))
 	}
@@ -300,6 +302,7 @@ type jsonHeader struct {
 	Iters      int    `json:"iters"`
 	Warmup     int    `json:"warmup"`
 	Command    string `json:"command"`
+	Device     string `json:"device,omitempty"`
 }
 
 // jsonResult is a Result in JSON.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gorun/gorun/collectives"
 )
@@ -71,6 +72,11 @@ type Config struct {
 	// reductions, instead of DType and Op.
 	AllTypes bool
 	Root     int // Broadcast's and Reduce's root
+	// Device, when not "", runs the collective on device buffers of the
+	// world's device plugin of that name ("cuda"), as nccl-tests does:
+	// allreduce only, on float32, float16 or bfloat16, with sum, min or
+	// max.
+	Device string `json:",omitempty"`
 	// Out receives rank 0's result lines (ResultPrefix and JSON); nil
 	// means none are written.
 	Out io.Writer `json:"-"`
@@ -89,6 +95,18 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Iters < 0 {
 		return fmt.Errorf("collbench: %d iterations: must not be negative", cfg.Iters)
+	}
+	if cfg.Device != "" {
+		switch {
+		case cfg.Collective != "allreduce":
+			return fmt.Errorf("collbench: on device buffers (--device %s): allreduce only, not %s", cfg.Device, cfg.Collective)
+		case cfg.AllTypes:
+			return fmt.Errorf("collbench: on device buffers (--device %s): one type and operator at a time", cfg.Device)
+		case !member([]string{"", "float32", "float16", "bfloat16"}, cfg.DType):
+			return fmt.Errorf("collbench: on device buffers (--device %s): float32, float16 or bfloat16, not %s", cfg.Device, cfg.DType)
+		case !member([]string{"", "sum", "min", "max"}, cfg.Op):
+			return fmt.Errorf("collbench: on device buffers (--device %s): sum, min or max, not %s", cfg.Device, cfg.Op)
+		}
 	}
 	return nil
 }
@@ -128,7 +146,7 @@ func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result
 	}
 	if c.Rank() == 0 && cfg.Out != nil {
 		h := Header{Collective: cfg.Collective, DType: cfg.DType, Ranks: c.Size(), Hosts: c.Hosts(),
-			Transport: c.Transports(), Iters: cfg.Iters, Warmup: cfg.Warmup}
+			Transport: c.Transports(), Iters: cfg.Iters, Warmup: cfg.Warmup, Device: cfg.Device}
 		if reduction(cfg.Collective) {
 			h.Op = cfg.Op
 		}
@@ -216,6 +234,7 @@ type bench[T collectives.Element] struct {
 	n, r       int
 	count, per int // elements: the whole (nccl-tests' count) and one rank's block
 	send, recv []T
+	dev        *collectives.DeviceBuffer // send's data on the device (Config.Device)
 }
 
 func opOf(name string) collectives.Op {
@@ -273,8 +292,21 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 		res.Op = cfg.Op
 	}
 	res.Algorithm = algorithm(c, cfg.Collective, b.count, b.per, elem)
+	if cfg.Device != "" && b.count > 0 {
+		var err error
+		if b.dev, err = c.AllocDevice(ctx, b.count*elem); err != nil {
+			return res, err
+		}
+		defer b.dev.Free(ctx)
+		res.Algorithm = "device"
+		if c.Hosts() > 1 {
+			res.Algorithm = "device-staged"
+		}
+	}
 
-	b.fill()
+	if err := b.load(ctx); err != nil {
+		return res, err
+	}
 	for range cfg.Warmup {
 		if err := b.once(ctx); err != nil {
 			return res, err
@@ -301,9 +333,16 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 	res.Time = time.Duration(math.Round(mean[0]))
 	res.Fill()
 	if cfg.Check {
-		b.fill()
+		if err := b.load(ctx); err != nil {
+			return res, err
+		}
 		if err := b.once(ctx); err != nil {
 			return res, err
+		}
+		if b.dev != nil {
+			if err := b.dev.Read(ctx, 0, bytesOf(b.send)); err != nil {
+				return res, err
+			}
 		}
 		wrong := []int64{int64(b.verify())}
 		if err := collectives.AllReduce(ctx, c, wrong, collectives.Sum); err != nil {
@@ -369,9 +408,30 @@ func algorithm(c *collectives.Communicator, name string, count, per, elem int) s
 	return "hier(" + strings.Join(ph, ",") + ")"
 }
 
+// load fills the buffers with this rank's input, on the device too.
+func (b *bench[T]) load(ctx context.Context) error {
+	b.fill()
+	if b.dev == nil {
+		return nil
+	}
+	return b.dev.Write(ctx, 0, bytesOf(b.send))
+}
+
+// bytesOf views s as bytes.
+func bytesOf[T collectives.Element](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+}
+
 // once runs the collective one time.
 func (b *bench[T]) once(ctx context.Context) error {
 	c := b.c
+	if b.dev != nil {
+		return collectives.AllReduceDevice(ctx, c, b.dev, collectives.DTypeOf[T](), b.op)
+	}
 	switch b.cfg.Collective {
 	case "allreduce":
 		return collectives.AllReduce(ctx, c, b.send, b.op)

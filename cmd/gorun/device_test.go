@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildCuda builds the CUDA plugin and the fake driver (plugins/cuda/fakecuda)
+// into a directory of their own, and returns it with the environment that
+// points the plugin at the fake (2 GPUs).
+func buildCuda(t *testing.T) (string, []string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "plugins")
+	lib := filepath.Join(dir, "libfakecuda.so")
+	for _, c := range [][]string{
+		{"go", "build", "-o", filepath.Join(dir, "gorun-plugin-cuda"), "../../plugins/cuda"},
+		{"cc", "-shared", "-fPIC", "-O2", "-o", lib, "../../plugins/cuda/fakecuda/fakecuda.c", "-lm"},
+	} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	os.Chmod(dir, 0o755)
+	return dir, []string{"GORUN_CUDA_DRIVER=" + lib, "FAKECUDA_DEVICES=2"}
+}
+
+// gorun bench --device cuda runs allreduce on the ranks' GPUs (fake ones)
+// and checks the results; what the device path cannot run is a usage
+// error. gorun plugins list shows the plugin's GPUs.
+func TestBenchDevice(t *testing.T) {
+	t.Parallel()
+	dir, environ := buildCuda(t)
+	r := runGorunIn(t, "", environ, 120*time.Second, nil, "bench", "allreduce", "--device", "cuda", "--plugin-dir", dir,
+		"-np", "2", "-b", "4K", "-e", "1M", "-f", "16", "-d", "bfloat16", "-o", "max", "-x", "GORUN_CUDA_DRIVER", "-x", "FAKECUDA_DEVICES")
+	rows := regexp.MustCompile(`(?m)^ +(4096|65536|1048576) +\d+ +bfloat16 +max .* 0  device$`).FindAllString(r.stdout, -1)
+	if r.code != 0 || len(rows) != 3 || !strings.Contains(r.stdout, "# Device buffers       : cuda") {
+		t.Errorf("bench --device cuda: exit %d, %d rows\n%s%s", r.code, len(rows), r.stdout, r.stderr)
+	}
+	r = runGorunIn(t, "", environ, 30*time.Second, nil, "bench", "broadcast", "--device", "cuda", "--plugin-dir", dir, "-np", "2")
+	if r.code != 2 || !strings.Contains(r.stderr, "allreduce only") {
+		t.Errorf("bench broadcast --device cuda: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runGorunIn(t, "", environ, 60*time.Second, nil, "plugins", "list", "--plugin-dir", dir)
+	if r.code != 0 || !regexp.MustCompile(`cuda +0\.1\.0 +device +\S+ +cuda0 \(gorun fake GPU\) \[1 GiB, selected\], cuda1 \(gorun fake GPU\) \[1 GiB\]`).MatchString(r.stdout) {
+		t.Errorf("plugins list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
