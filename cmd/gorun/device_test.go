@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,4 +50,34 @@ func TestBenchDevice(t *testing.T) {
 	if r.code != 0 || !regexp.MustCompile(`cuda +0\.1\.0 +device +\S+ +cuda0 \(gorun fake GPU\) \[1 GiB, selected\], cuda1 \(gorun fake GPU\) \[1 GiB\]`).MatchString(r.stdout) {
 		t.Errorf("plugins list: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+}
+
+// A rank killed in the middle of an AllReduceDevice: the others' fails,
+// naming it; gorun's summary names it, and no rank or plugin process
+// survives (the plugins inherit the mark).
+func TestDevicePeerKilled(t *testing.T) {
+	t.Parallel()
+	dir, environ := buildCuda(t)
+	bin := buildCollectivesExample(t, t.TempDir())
+	mark := newMark(t)
+	r := runGorunIn(t, "", environ, 90*time.Second, nil, "-np", "3", "--grace-period", "30s", "--plugin", "cuda", "--plugin-dir", dir,
+		"-x", "GORUN_CUDA_DRIVER", "-x", "FAKECUDA_DEVICES", "-x", "GORUN_TEST_MARK="+mark, bin, "device-die", "1")
+	if r.code == 0 {
+		t.Fatalf("exit 0 with rank 1 killed\n%s", r.stderr)
+	}
+	for _, rank := range []int{0, 2} {
+		if w := fmt.Sprintf("rank %d: error names rank 1: ", rank); !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr lacks %q", w)
+		}
+	}
+	if !strings.Contains(r.stderr, "failed: rank 1 on ") {
+		t.Error("the summary does not name rank 1 first")
+	}
+	if r.elapsed > 20*time.Second {
+		t.Errorf("the survivors took %v to see the failure", r.elapsed)
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("stderr:\n%s", r.stderr)
+	}
+	assertNoSurvivors(t, mark, 2*time.Second)
 }

@@ -6,7 +6,9 @@
 //
 // With the arguments "die R", rank R kills itself (SIGKILL) in the middle
 // of a large AllReduce; the other ranks ignore gorun's SIGTERM long enough
-// to print the error their collective returns, naming rank R.
+// to print the error their collective returns, naming rank R. With
+// "device-die R" the same happens in AllReduceDevice on device buffers
+// (run it with --plugin cuda).
 package main
 
 import (
@@ -30,9 +32,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "examples/collectives:", err)
 		os.Exit(1)
 	}
-	if len(os.Args) == 3 && os.Args[1] == "die" {
+	if len(os.Args) == 3 && (os.Args[1] == "die" || os.Args[1] == "device-die") {
 		victim, _ := strconv.Atoi(os.Args[2])
-		os.Exit(die(ctx, c, victim))
+		os.Exit(die(ctx, c, victim, os.Args[1] == "device-die"))
 	}
 	if err := check(ctx, c); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: FAIL: %v\n", c.Rank(), err)
@@ -147,11 +149,20 @@ func check(ctx context.Context, c *collectives.Communicator) error {
 	return c.Barrier(ctx)
 }
 
-// die runs large AllReduces until the victim kills itself halfway through
-// one; the others report the error they get and exit 3.
-func die(ctx context.Context, c *collectives.Communicator, victim int) int {
+// die runs large AllReduces (on device buffers, with device) until the
+// victim kills itself halfway through one; the others report the error
+// they get and exit 3.
+func die(ctx context.Context, c *collectives.Communicator, victim int, device bool) int {
 	signal.Ignore(syscall.SIGTERM) // keep running until the error comes
 	buf := make([]float32, 8<<20)
+	var dev *collectives.DeviceBuffer
+	if device {
+		var err error
+		if dev, err = c.AllocDevice(ctx, 4*len(buf)); err != nil {
+			fmt.Fprintf(os.Stderr, "rank %d: %v\n", c.Rank(), err)
+			return 1
+		}
+	}
 	for i := 0; ; i++ {
 		if i == 3 && c.Rank() == victim {
 			go func() {
@@ -159,7 +170,12 @@ func die(ctx context.Context, c *collectives.Communicator, victim int) int {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}()
 		}
-		err := collectives.AllReduce(ctx, c, buf, collectives.Sum)
+		var err error
+		if device {
+			err = collectives.AllReduceDevice(ctx, c, dev, collectives.Float32, collectives.Sum)
+		} else {
+			err = collectives.AllReduce(ctx, c, buf, collectives.Sum)
+		}
 		if err != nil {
 			var pe *collectives.PeerError
 			if errors.As(err, &pe) {
