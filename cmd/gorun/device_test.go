@@ -32,7 +32,8 @@ func buildCuda(t *testing.T) (string, []string) {
 
 // gorun bench --device cuda runs allreduce on the ranks' GPUs (fake ones)
 // and checks the results; what the device path cannot run is a usage
-// error. gorun plugins list shows the plugin's GPUs.
+// error. gorun plugins test runs the device memory contract (and fails a
+// plugin whose allocations fail); gorun plugins list shows its GPUs.
 func TestBenchDevice(t *testing.T) {
 	t.Parallel()
 	dir, environ := buildCuda(t)
@@ -45,6 +46,14 @@ func TestBenchDevice(t *testing.T) {
 	r = runGorunIn(t, "", environ, 30*time.Second, nil, "bench", "broadcast", "--device", "cuda", "--plugin-dir", dir, "-np", "2")
 	if r.code != 2 || !strings.Contains(r.stderr, "allreduce only") {
 		t.Errorf("bench broadcast --device cuda: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runGorunIn(t, "", environ, 60*time.Second, nil, "plugins", "test", "--plugin-dir", dir, "cuda")
+	if r.code != 0 || !strings.Contains(r.stdout, "device memory contract: passed") {
+		t.Errorf("plugins test cuda: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runGorunIn(t, "", append(environ, "FAKECUDA_FAIL_ALLOC=3"), 60*time.Second, nil, "plugins", "test", "--plugin-dir", dir, "cuda")
+	if r.code != 1 || !strings.Contains(r.stderr, "failed the device memory contract") {
+		t.Errorf("plugins test cuda with a failing allocation: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	r = runGorunIn(t, "", environ, 60*time.Second, nil, "plugins", "list", "--plugin-dir", dir)
 	if r.code != 0 || !regexp.MustCompile(`cuda +0\.1\.0 +device +\S+ +cuda0 \(gorun fake GPU\) \[1 GiB, selected\], cuda1 \(gorun fake GPU\) \[1 GiB\]`).MatchString(r.stdout) {

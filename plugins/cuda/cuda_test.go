@@ -14,6 +14,8 @@ import (
 
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/plugins/cuda/cu"
+	"github.com/gorun/gorun/plugins/sdk"
+	"github.com/gorun/gorun/plugins/sdk/sdktest"
 )
 
 // bin is the plugin, built with the fake driver beside it (2 GPUs).
@@ -140,4 +142,15 @@ func TestNoDriver(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/libcuda.so.1") {
 		t.Errorf("Open without a driver = %v", err)
 	}
+}
+
+// The memory passes the SDK's device memory contract in this process.
+func TestMemoryContract(t *testing.T) {
+	sdktest.RunMemory(t, func(t *testing.T) sdk.Memory {
+		m, err := newMemory(sdk.Config{Rank: -1, Size: -1, LocalRank: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	})
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/plugins"
+	"github.com/gorun/gorun/plugins/internal/memcontract"
 	"github.com/gorun/gorun/transport"
 	"github.com/gorun/gorun/transport/transporttest"
 )
@@ -53,6 +54,9 @@ type Options struct {
 	Iface string
 	// Stdout and Stderr receive the suite's report.
 	Stdout, Stderr io.Writer
+	// Memory runs the device memory contract (sdk.Memory) instead of the
+	// transport's.
+	Memory bool
 }
 
 // Run runs the contract suite against the plugin at path in a child of
@@ -60,9 +64,12 @@ type Options struct {
 // passed.
 func Run(ctx context.Context, self, path string, o Options) error {
 	args := []string{"-test.count=1", "-test.timeout=10m"}
-	if o.Quick {
+	switch {
+	case o.Memory:
+		args = append(args, "-test.run=^Memory$")
+	case o.Quick:
 		args = append(args, "-test.short", "-test.run="+quickTests)
-	} else {
+	default:
 		args = append(args, "-test.run=^(Contract|Handoff)$")
 	}
 	if o.Verbose {
@@ -116,8 +123,84 @@ func Main(path string) {
 			}
 			transporttest.Run(t, opener(true))
 		}},
+		// Device memory, between two plugin processes.
+		{Name: "Memory", F: func(t *testing.T) { memcontract.Run(t, memOpener(path), true) }},
 	}
 	testing.Main(func(pat, s string) (bool, error) { return regexp.MatchString(pat, s) }, tests, nil, nil)
+}
+
+// memOpener starts the plugin at path as successive local ranks of a
+// host and returns their device memory, as the contract drives it.
+func memOpener(path string) func(t *testing.T) memcontract.Mem {
+	next := 0
+	return func(t *testing.T) memcontract.Mem {
+		c, err := plugins.Open(plugins.Options{Path: path, Rank: next, Size: 2, LocalRank: next})
+		next++
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		m, err := c.Memory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return memAdapter{m}
+	}
+}
+
+// memAdapter is plugins.Memory without contexts: each call has a minute.
+type memAdapter struct{ m *plugins.Memory }
+
+func callCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Minute)
+}
+
+func (a memAdapter) Alloc(n int) (uint64, error) {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Alloc(ctx, n)
+}
+
+func (a memAdapter) Free(p uint64) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Free(ctx, p)
+}
+
+func (a memAdapter) Write(p uint64, off int, src []byte) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Write(ctx, p, off, src)
+}
+
+func (a memAdapter) Read(dst []byte, p uint64, off int) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Read(ctx, dst, p, off)
+}
+
+func (a memAdapter) Export(p uint64) ([]byte, error) {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Export(ctx, p)
+}
+
+func (a memAdapter) Import(h []byte) (uint64, error) {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Import(ctx, h)
+}
+
+func (a memAdapter) Copy(dst uint64, dstOff int, src uint64, srcOff int, n int) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Copy(ctx, dst, dstOff, src, srcOff, n)
+}
+
+func (a memAdapter) Reduce(op, dtype string, dst uint64, dstOff int, src uint64, srcOff int, count int) error {
+	ctx, cancel := callCtx()
+	defer cancel()
+	return a.m.Reduce(ctx, op, dtype, dst, dstOff, src, srcOff, count)
 }
 
 // Result is one line of the probe.
@@ -330,8 +413,19 @@ func Check(ctx context.Context, self, path string, o CheckOptions) (plugins.Info
 	for _, d := range devs {
 		fmt.Fprintf(o.Stdout, "  device %s %s %s\n", d.Name, d.Provider, d.Note)
 	}
+	if info.Memory {
+		start := time.Now()
+		mo := o.Options
+		mo.Memory = true
+		if err := Run(ctx, self, path, mo); err != nil {
+			return info, fmt.Errorf("plugin %s failed the device memory contract", path)
+		}
+		fmt.Fprintf(o.Stdout, "device memory contract: passed (%s)\n", time.Since(start).Round(time.Millisecond))
+	}
 	if !info.Transport {
-		fmt.Fprintf(o.Stdout, "it provides no transport: nothing to test here (its collectives are tested through a job)\n")
+		if !info.Memory {
+			fmt.Fprintf(o.Stdout, "it provides no transport: nothing to test here (its collectives are tested through a job)\n")
+		}
 		return info, nil
 	}
 	start := time.Now()
