@@ -25,7 +25,13 @@
 #   4. topology's Go tests that use the real NVML;
 #   5. the recording read back (gorun topo --machine) matches gorun topo;
 #   6. the cost of NVML: gorun topo's time, and gorun -np <GPUs> true with
-#      and without NVML on the launch path, and with the static build.
+#      and without NVML on the launch path, and with the static build;
+#   7. the CUDA plugin (plugins/cuda) on the real driver: package cu's
+#      tests (the PTX reductions against the CPU, CUDA IPC between two
+#      processes), gorun plugins test cuda (the device memory contract in
+#      two plugin processes), a 2-rank gorun bench allreduce --device cuda
+#      (two processes on one GPU where there is one), and device-to-device
+#      copies of 256 MiB through the plugin beside cuMemcpyDtoD.
 # On a machine without GPUs it runs what it can and says so. Exit status:
 # 0 when every check passed, 1 otherwise.
 set -uo pipefail
@@ -34,11 +40,20 @@ BIN=${GPU_CHECK_BIN:-$PWD/.gpu-check} # the built binaries (an absolute path)
 
 build() {
   set -e
-  mkdir -p "$BIN"
-  CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -o "$BIN/gorun" ./cmd/gorun
-  CGO_ENABLED=0 go build -o "$BIN/gorun-static" ./cmd/gorun
-  CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go test -c -o "$BIN/topology.test" ./topology
-  echo "built $(ls "$BIN" | tr '\n' ' ')into $BIN: now run scripts/gpu-check.sh run there, carrying $BIN"
+  rm -rf "$BIN"
+  mkdir -p "$BIN/bin"
+  local cg="-O2 -g -Wno-deprecated-declarations" ld="-s -w" # stripped: what travels is at most 64 MiB
+  CGO_ENABLED=1 CGO_CFLAGS="$cg" go build -ldflags "$ld" -o "$BIN/bin/gorun" ./cmd/gorun
+  CGO_ENABLED=0 go build -ldflags "$ld" -o "$BIN/bin/gorun-static" ./cmd/gorun
+  CGO_ENABLED=1 CGO_CFLAGS="$cg" go test -c -ldflags "$ld" -o "$BIN/bin/topology.test" ./topology
+  CGO_ENABLED=1 go build -ldflags "$ld" -o "$BIN/bin/gorun-plugin-cuda" ./plugins/cuda
+  CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cu.test" ./plugins/cuda/cu
+  CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cuda.test" ./plugins/cuda
+  # One compressed archive: the binaries are about 75 MB, the archive a
+  # third of that; run unpacks it.
+  tar -C "$BIN" -czf "$BIN/bin.tar.gz" bin
+  rm -rf "$BIN/bin"
+  echo "built $(tar -tzf "$BIN/bin.tar.gz" | grep -v '/$' | sed 's|^bin/||' | tr '\n' ' ')into $BIN/bin.tar.gz ($(du -h "$BIN/bin.tar.gz" | cut -f1)): now run scripts/gpu-check.sh run there, carrying $BIN"
 }
 
 case "${1:-run}" in
@@ -47,6 +62,10 @@ run) ;;
 *) echo "usage: $0 build|run" >&2; exit 2 ;;
 esac
 
+if [ -f "$BIN/bin.tar.gz" ] && [ ! -d "$BIN/bin" ]; then
+  tar -C "$BIN" -xzf "$BIN/bin.tar.gz"
+fi
+BIN=$BIN/bin
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/gpu-check.log") 2>&1
@@ -177,6 +196,28 @@ timed "gorun topo" "$GORUN" topo
 timed "gorun -np $N true" "$GORUN" -np "$N" true
 timed "gorun -np $N --gpu-bind single true (NVML)" "$GORUN" -np "$N" --gpu-bind single true
 timed "gorun-static -np $N true" "$BIN/gorun-static" -np "$N" true
+
+step "7. the CUDA plugin on the real driver"
+# GPU_CHECK_CUDA_DRIVER (a fake driver, plugins/cuda/fakecuda) runs this
+# step on a machine without a GPU, so that it does not rot between the
+# sessions that have one.
+if [ -n "${GPU_CHECK_CUDA_DRIVER:-}" ]; then export GORUN_CUDA_DRIVER=$GPU_CHECK_CUDA_DRIVER; fi
+if [ "$GPUS" -gt 0 ] || [ -n "${GPU_CHECK_CUDA_DRIVER:-}" ]; then
+  if CU_TEST_REAL=1 "$BIN/cu.test" -test.v -test.run 'TestDevices|TestMemory|TestIpc|TestReduce|TestPTX|TestOpenErrors' 2>&1 | tail -20; then
+    pass "package cu on the real driver (PTX reductions, IPC)"
+  else fail "package cu on the real driver"; fi
+  if CU_TEST_REAL=1 GORUN_CUDA_TEST_PLUGIN="$BIN/gorun-plugin-cuda" "$BIN/cuda.test" -test.v 2>&1 | tail -20; then
+    pass "the plugin's tests on the real driver"
+  else fail "the plugin's tests on the real driver"; fi
+  if "$GORUN" plugins test --plugin-dir "$BIN" cuda; then pass "gorun plugins test cuda"; else fail "gorun plugins test cuda"; fi
+  if "$GORUN" bench allreduce --device cuda --plugin-dir "$BIN" -np 2 -b 1M -e "${GPU_CHECK_BENCH_MAX:-256M}" -f 4 -x GORUN_CUDA_DRIVER | tee "$OUT/bench-device.txt"; then
+    pass "gorun bench allreduce --device cuda -np 2"
+  else fail "gorun bench allreduce --device cuda -np 2"; fi
+  CU_TEST_REAL=1 "$BIN/cu.test" -test.run '^$' -test.bench Copy -test.benchtime 20x | grep Benchmark | sed 's/^/cuMemcpyDtoD: /'
+  CU_TEST_REAL=1 GORUN_CUDA_TEST_PLUGIN="$BIN/gorun-plugin-cuda" "$BIN/cuda.test" -test.run '^$' -test.bench Copy -test.benchtime 20x | grep Benchmark | sed 's/^/through the plugin: /'
+else
+  echo "no GPU: the CUDA plugin's checks need one (CI runs them on the fake driver)"
+fi
 
 step "summary"
 if [ "$fails" -eq 0 ]; then echo "every check passed"; else echo "$fails check(s) FAILED"; fi

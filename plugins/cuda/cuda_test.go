@@ -18,10 +18,22 @@ import (
 	"github.com/gorun/gorun/plugins/sdk/sdktest"
 )
 
-// bin is the plugin, built with the fake driver beside it (2 GPUs).
+// bin is the plugin, built with the fake driver beside it (2 GPUs). With
+// CU_TEST_REAL=1 the tests use the machine's driver, and
+// GORUN_CUDA_TEST_PLUGIN names a plugin built already (scripts/gpu-check.sh
+// carries both to a GPU machine, which may have no Go or C compiler).
 var bin string
 
+var real = os.Getenv("CU_TEST_REAL") == "1"
+
 func TestMain(m *testing.M) {
+	if real {
+		bin = os.Getenv("GORUN_CUDA_TEST_PLUGIN")
+		if bin == "" {
+			panic("CU_TEST_REAL=1 needs GORUN_CUDA_TEST_PLUGIN, the plugin's path")
+		}
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "cuda-plugin-test")
 	if err != nil {
 		panic(err)
@@ -128,6 +140,13 @@ func TestDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if real {
+		t.Logf("%+v %+v", info, devs)
+		if !info.Memory || len(devs) == 0 || !strings.Contains(devs[0].Note, "selected") {
+			t.Error("no GPU, or GPU 0 not selected")
+		}
+		return
+	}
 	if !info.Memory || info.Transport || len(devs) != 2 || devs[0].Name != "cuda0" || devs[1].PCI != "0000:02:00.0" ||
 		!strings.Contains(devs[0].Note, "selected") || strings.Contains(devs[1].Note, "selected") {
 		t.Errorf("Inspect: %+v %+v", info, devs)
@@ -153,4 +172,38 @@ func TestMemoryContract(t *testing.T) {
 		}
 		return m
 	})
+}
+
+// BenchmarkCopy measures device-to-device copies of 256 MiB (16 MiB on the
+// fake) through the plugin, one control call each: compare with package
+// cu's BenchmarkCopy (cuMemcpyDtoD itself) on a GPU machine.
+func BenchmarkCopy(b *testing.B) {
+	c, err := plugins.Open(plugins.Options{Path: bin, Rank: -1, Size: -1, LocalRank: -1, Log: os.Stderr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	m, err := c.Memory()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	n := 256 << 20
+	if !real {
+		n = 16 << 20
+	}
+	src, err := m.Alloc(ctx, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dst, err := m.Alloc(ctx, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		if err := m.Copy(ctx, dst, 0, src, 0, n); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -19,16 +19,26 @@ import (
 )
 
 // The tests run against the fake driver (../fakecuda), built here with
-// the C compiler: 3 GPUs of 64 MiB. The test binary re-runs itself as the
-// other process of an IPC test, and to open drivers that fail.
+// the C compiler: 3 GPUs of 64 MiB. With CU_TEST_REAL=1 they run against
+// the machine's driver instead (scripts/gpu-check.sh, on a GPU machine),
+// and the checks that only the fake's devices can meet are left out. The
+// test binary re-runs itself as the other process of an IPC test, and to
+// open drivers that fail.
 const (
 	envChild = "CU_TEST_CHILD" // "ipc HANDLE" or "open PATH"
+	envReal  = "CU_TEST_REAL"
 	fakeMem  = 64 << 20
 )
+
+// real says the tests run on the machine's driver.
+var real = os.Getenv(envReal) == "1"
 
 func TestMain(m *testing.M) {
 	if v := os.Getenv(envChild); v != "" {
 		os.Exit(child(v))
+	}
+	if real {
+		os.Exit(m.Run())
 	}
 	dir, err := os.MkdirTemp("", "cu-test")
 	if err != nil {
@@ -63,7 +73,12 @@ func child(v string) int {
 		fmt.Println(err)
 		return 1
 	}
-	c, err := d.Context(1)
+	devs, err := d.Devices()
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	c, err := d.Context(min(1, len(devs)-1)) // another GPU where there is one
 	if err != nil {
 		fmt.Println(err)
 		return 1
@@ -100,11 +115,26 @@ func pattern(n int) []byte {
 	return b
 }
 
-func open(t *testing.T, ordinal int) *Context {
+func mustOpen(t testing.TB) *Driver {
 	t.Helper()
 	d, err := Open("")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return d
+}
+
+// open returns the context of GPU ordinal (of the last GPU, on a real
+// machine with fewer).
+func open(t testing.TB, ordinal int) *Context {
+	t.Helper()
+	d := mustOpen(t)
+	if real {
+		devs, err := d.Devices()
+		if err != nil || len(devs) == 0 {
+			t.Fatalf("no GPU: %v", err)
+		}
+		ordinal = min(ordinal, len(devs)-1)
 	}
 	c, err := d.Context(ordinal)
 	if err != nil {
@@ -119,12 +149,19 @@ func TestDevices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Version != 12040 || d.Path != os.Getenv(EnvDriver) {
-		t.Errorf("driver %+v", d)
-	}
 	devs, err := d.Devices()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if real {
+		t.Logf("driver %s, CUDA %d; GPUs %+v", d.Path, d.Version, devs)
+		if len(devs) == 0 {
+			t.Error("the driver sees no GPU")
+		}
+		return
+	}
+	if d.Version != 12040 || d.Path != os.Getenv(EnvDriver) {
+		t.Errorf("driver %+v", d)
 	}
 	want := []Device{
 		{0, "gorun fake GPU", "0000:01:00.0", fakeMem},
@@ -134,7 +171,7 @@ func TestDevices(t *testing.T) {
 	if fmt.Sprint(devs) != fmt.Sprint(want) {
 		t.Errorf("Devices() = %v, want %v", devs, want)
 	}
-	if _, err := d.Context(3); err == nil || !strings.Contains(err.Error(), "GPU 3") || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_DEVICE") {
+	if _, err := d.Context(len(want)); err == nil || !strings.Contains(err.Error(), "GPU 3") || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_DEVICE") {
 		t.Errorf("Context(3) = %v", err)
 	}
 }
@@ -174,7 +211,12 @@ func TestMemory(t *testing.T) {
 	if err := c.Free(b); err == nil {
 		t.Error("a second Free succeeded")
 	}
-	_, err = c.Alloc(2 * fakeMem)
+	total := uint64(fakeMem)
+	if real {
+		devs, _ := mustOpen(t).Devices()
+		total = devs[0].Memory
+	}
+	_, err = c.Alloc(int(2 * total))
 	if !OutOfMemory(err) || !strings.Contains(err.Error(), "GPU 0") || !strings.Contains(err.Error(), "cuMemAlloc") {
 		t.Errorf("Alloc beyond the GPU's memory = %v", err)
 	}
@@ -266,6 +308,34 @@ func TestReduce(t *testing.T) {
 	}
 	if err := c.Reduce("prod", "float32", 0, 0, 1); err == nil || !strings.Contains(err.Error(), "no reduction prod") {
 		t.Errorf("Reduce(prod) = %v", err)
+	}
+}
+
+// BenchmarkCopy measures device-to-device copies of 256 MiB (16 MiB on
+// the fake) on one GPU
+// (cuMemcpyDtoD), the reference for the plugin's (plugins/cuda's
+// BenchmarkCopy): run it with CU_TEST_REAL=1 on a GPU machine.
+func BenchmarkCopy(b *testing.B) {
+	c := open(b, 0)
+	n := 256 << 20
+	if !real {
+		n = fakeMem / 4
+	}
+	src, err := c.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Free(src)
+	dst, err := c.Alloc(n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Free(dst)
+	b.SetBytes(int64(n))
+	for b.Loop() {
+		if err := c.Copy(dst, src, n); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
