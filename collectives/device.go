@@ -11,19 +11,20 @@ import (
 )
 
 // ErrNoDevice is returned by AllocDevice when the world has no device
-// plugin (gorun --plugin cuda).
-var ErrNoDevice = errors.New("collectives: no device plugin (gorun --plugin cuda)")
+// plugin (gorun --device cuda, Setup.Device).
+var ErrNoDevice = errors.New("collectives: no device plugin (gorun --device cuda)")
 
 // maxExport bounds the bytes of a device plugin's export handle.
 const maxExport = 4096
 
 // DeviceBuffer is memory on the rank's accelerator (its GPU), allocated
-// by the world's device plugin: the rank fills and reads it through the
+// by the world's device plugin (gorun --device cuda): the rank fills and reads it through the
 // plugin (Write, Read), and the device collectives (AllReduceDevice)
 // move and reduce it on the devices. On one host the ranks' plugins map
 // each other's buffers (CUDA IPC: NVLink where the GPUs have peer access,
 // PCIe otherwise) and reduce on the GPUs; across hosts the data goes
-// through host memory and the communicator's transports.
+// through host memory and the communicator's transports (a --plugin's,
+// such as fabric's, where there is one).
 type DeviceBuffer struct {
 	c   *Communicator
 	m   *plugins.Memory

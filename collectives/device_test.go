@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -70,15 +71,29 @@ func encodeAs(dtype collectives.DType, xs []float32) []byte {
 }
 
 // Four ranks with a GPU each (fake) all-reduce device buffers on one host
-// (through each other's mapped buffers) and on two (through host memory),
-// for every type and operator, at lengths that leave some ranks no part;
-// every rank ends with the serial result.
+// (through each other's mapped buffers) and on two (through host memory,
+// over TCP or a transport plugin given beside the device one), for every
+// type and operator, at lengths that leave some ranks no part; every rank
+// ends with the serial result.
 func TestAllReduceDevice(t *testing.T) {
 	bin := cudaPlugin(t)
-	for _, hosts := range [][]int{nil, {0, 0, 1, 1}} {
-		t.Run(fmt.Sprintf("hosts %v", hosts), func(t *testing.T) {
-			errs := pluginWorld(t, 4, collectives.Setup{Plugin: bin}, hosts, func(c *collectives.Communicator) error {
+	tcpx := pluginBin(t, "tcpexample")
+	for _, tc := range []struct {
+		name   string
+		hosts  []int
+		plugin string // the transport plugin beside the device one
+		over   string // the transports, as Communicator.Transports says
+	}{
+		{"one host", nil, "", "shm"},
+		{"two hosts", []int{0, 0, 1, 1}, "", "shm+tcp"},
+		{"two hosts over a transport plugin", []int{0, 0, 1, 1}, tcpx, "shm+tcpexample"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := pluginWorld(t, 4, collectives.Setup{Device: bin, Plugin: tc.plugin}, tc.hosts, func(c *collectives.Communicator) error {
 				ctx := context.Background()
+				if got := c.Transports(); got != tc.over {
+					return fmt.Errorf("transports %q, want %q", got, tc.over)
+				}
 				for _, dtype := range []collectives.DType{collectives.Float32, collectives.FP16, collectives.BF16} {
 					for _, op := range []collectives.Op{collectives.Sum, collectives.Min, collectives.Max} {
 						for _, count := range []int{1, 3, 1000, 100003} {
@@ -141,7 +156,20 @@ func TestDeviceErrors(t *testing.T) {
 		}
 		return nil
 	})
-	errs = append(errs, pluginWorld(t, 2, collectives.Setup{Plugin: bin}, nil, func(c *collectives.Communicator) error {
+	for _, tc := range []struct {
+		setup collectives.Setup
+		want  string
+	}{
+		{collectives.Setup{Plugin: bin}, "a device plugin goes in --device"},
+		{collectives.Setup{Device: pluginBin(t, "tcpexample")}, "manages no device memory"},
+	} {
+		for r, err := range pluginWorld(t, 2, tc.setup, nil, func(c *collectives.Communicator) error { return nil }) {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%+v: rank %d: %v, want %q", tc.setup, r, err, tc.want)
+			}
+		}
+	}
+	errs = append(errs, pluginWorld(t, 2, collectives.Setup{Device: bin}, nil, func(c *collectives.Communicator) error {
 		ctx := context.Background()
 		b, err := c.AllocDevice(ctx, 16)
 		if err != nil {

@@ -58,7 +58,8 @@ type endpoint struct {
 	pollers []poller // the connections that progress when polled
 	crowded bool     // this host runs more of the world's ranks than this rank has CPUs
 	plugin  *plugins.Client
-	offload Offloader // the plugin's collectives, when every rank has them
+	device  *plugins.Client // the device plugin (Setup.Device), or nil
+	offload Offloader       // the plugin's collectives, when every rank has them
 	// What transfers use, kept for the next ones: the transfers (a
 	// Communicator hands them back, see recycle) and staging buffers.
 	poolMu sync.Mutex
@@ -455,6 +456,9 @@ func (e *endpoint) close() {
 	}
 	if e.plugin != nil {
 		e.plugin.Close()
+	}
+	if e.device != nil {
+		e.device.Close()
 	}
 }
 

@@ -54,6 +54,9 @@ const (
 	// even when it could hand its connections' sockets to the rank
 	// (sdk.Handoff); by default the rank adopts them.
 	EnvHandoff = env.PluginHandoff
+	// EnvDevice names the device plugin (gorun --device cuda): the world's
+	// device buffers (Communicator.AllocDevice) are its memory.
+	EnvDevice = env.CollDevice
 )
 
 // DefaultSetupTimeout bounds InitWith's connection set-up when its
@@ -102,6 +105,9 @@ type Setup struct {
 	Plugin string
 	// PluginOptions are passed to the plugin.
 	PluginOptions map[string]string
+	// Device is a device plugin's name or path (see EnvDevice), whose
+	// memory AllocDevice allocates; "" for none.
+	Device string
 	// NoHandoff keeps the plugin on the data path even when it could hand
 	// its connections' sockets to the rank (see EnvHandoff).
 	NoHandoff bool
@@ -171,6 +177,7 @@ func SetupFromEnv() (Setup, error) {
 	s.Transport = os.Getenv(EnvTransport)
 	s.CMA = os.Getenv(EnvCMA) == "1"
 	s.Plugin = os.Getenv(EnvPlugin)
+	s.Device = os.Getenv(EnvDevice)
 	s.Fallback = os.Getenv(EnvFallback)
 	opts, err := env.ParsePluginOpts(os.Getenv(EnvPluginOpts))
 	if err != nil {
@@ -324,8 +331,8 @@ func newWorld(e *endpoint, size int, opts *Options) (*Communicator, error) {
 	c.transports = describe(e)
 	c.offload = e.offload
 	c.arena.shared = e.plugin != nil
-	if e.plugin != nil && e.plugin.Info().Memory {
-		c.device, _ = e.plugin.Memory()
+	if e.device != nil {
+		c.device, _ = e.device.Memory()
 	}
 	return c, nil
 }

@@ -114,6 +114,11 @@ func (st *initState) run(ctx context.Context, opts *Options) (*Communicator, err
 // after the fence, and an idle listener costs one socket. The plugin comes
 // first (listenPlugin).
 func (st *initState) listen(ctx context.Context) error {
+	if st.s.Device != "" {
+		if err := st.openDevice(); err != nil {
+			return err
+		}
+	}
 	// A plugin's collective serves a world on one host too.
 	if st.s.Plugin != "" && (st.mode == transport.ModeAuto || st.mode == transport.ModePlugin) {
 		if err := st.listenPlugin(ctx); err != nil {
@@ -161,7 +166,7 @@ func (st *initState) listenOn(ctx context.Context, k transport.Kind, open func()
 // plugin that fails is an error; with the TCP fallback, a warning and the
 // reason in the record instead.
 func (st *initState) listenPlugin(ctx context.Context) error {
-	pl, err := openPlugin(st.s, st.log)
+	pl, err := openPlugin(st.s, st.s.Plugin, st.log)
 	if err == nil {
 		err = st.usePlugin(ctx, pl)
 	}
@@ -182,12 +187,30 @@ func (st *initState) listenPlugin(ctx context.Context) error {
 	return nil
 }
 
+// openDevice starts the device plugin Setup names (its memory is the
+// world's device buffers).
+func (st *initState) openDevice() error {
+	pl, err := openPlugin(st.s, st.s.Device, st.log)
+	if err == nil && !pl.Info().Memory {
+		pl.Close()
+		err = fmt.Errorf("plugin %s manages no device memory: give it as --plugin, not --device", pl.Name())
+	}
+	if err != nil {
+		return fmt.Errorf("collectives: init: rank %d: device: %w", st.s.Rank, err)
+	}
+	st.e.device = pl
+	return nil
+}
+
 // usePlugin makes pl the endpoint's plugin, listens on its transport and
 // takes its collective's handle, where it has them.
 func (st *initState) usePlugin(ctx context.Context, pl *plugins.Client) error {
 	end := &st.ends[transport.KindPlugin]
 	end.name = pl.Name()
 	st.e.plugin = pl
+	if info := pl.Info(); !info.Transport && !info.Collective {
+		return fmt.Errorf("plugin %s provides no transport or collective: a device plugin goes in --device (%s), not --plugin", pl.Name(), EnvDevice)
+	}
 	if pl.Info().Transport {
 		t, _ := pl.Transport()
 		end.tr = t
@@ -289,9 +312,6 @@ func (st *initState) checkPlugin(r int, k transport.Kind) error {
 	s := st.s
 	if k != transport.KindTCP || s.Plugin == "" || s.Fallback == "tcp" || (st.mode != transport.ModePlugin && st.e.hosts[r] == s.Host) {
 		return nil
-	}
-	if st.e.plugin != nil && !st.e.plugin.Info().Transport {
-		return nil // a device plugin: it has no transport to want
 	}
 	who, why := r, st.recs[r].PluginErr
 	if st.rec.Plugin == nil {

@@ -18,18 +18,18 @@ type Offloader interface {
 	Run(ctx context.Context, op plugins.Op, send, recv []byte) (bool, error)
 }
 
-// openPlugin starts the plugin s names for this rank, its log going to
-// logger's writer.
-func openPlugin(s Setup, logger *log.Logger) (*plugins.Client, error) {
+// openPlugin starts the plugin name (s.Plugin or s.Device) for this rank,
+// its log going to logger's writer.
+func openPlugin(s Setup, name string, logger *log.Logger) (*plugins.Client, error) {
 	o := plugins.Options{
 		Rank: s.Rank, Size: s.Size, LocalRank: s.LocalRank,
 		Iface: s.Iface, PluginOptions: s.PluginOptions, Log: logger.Writer(),
 		NoHandoff: s.NoHandoff,
 	}
-	if strings.ContainsRune(s.Plugin, '/') {
-		o.Path = s.Plugin
+	if strings.ContainsRune(name, '/') {
+		o.Path = name
 	} else {
-		o.Name = s.Plugin
+		o.Name = name
 	}
 	return plugins.Open(o)
 }

@@ -164,6 +164,9 @@ const (
 	// PluginLog is the level of the plugin log entries a rank shows, and
 	// of those the plugin writes ("trace" ... "error", "off").
 	PluginLog = "GORUN_PLUGIN_LOG"
+	// CollDevice names the device plugin whose memory Go ranks' device
+	// buffers are (--device).
+	CollDevice = "GORUN_COLL_DEVICE"
 	// PluginHandoff "0" keeps a transport plugin on the data path even
 	// when it could hand its connections' sockets to the rank (the
 	// default: the rank then moves the data with gorun's TCP protocol).
@@ -198,6 +201,9 @@ type Plugin struct {
 	Options []string
 	// Fallback is "tcp" or "".
 	Fallback string
+	// Device is the device plugin's name, or an absolute path to its
+	// binary.
+	Device string
 }
 
 // WithPlugin returns exports with the variables that carry p to the ranks
@@ -211,6 +217,7 @@ func WithPlugin(exports []Export, p Plugin, lookup func(string) (string, bool)) 
 	}
 	exports = withDefault(exports, PluginPath, path)
 	exports = withDefault(exports, PluginOpts, strings.Join(p.Options, ","))
+	exports = withDefault(exports, CollDevice, p.Device)
 	return withDefault(exports, CollFallback, p.Fallback)
 }
 

@@ -42,7 +42,6 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 		&cli.StringFlag{Name: "datatype", Aliases: []string{"d"}, Value: "float32", Usage: "the element `TYPE`: " + strings.Join(collbench.DTypes, ", ")},
 		&cli.IntFlag{Name: "root", Aliases: []string{"r"}, Usage: "root `RANK` of broadcast and reduce"},
 		&cli.BoolFlag{Name: "all-types", Usage: "every element type, and every reduction operator, instead of -d and -o"},
-		&cli.StringFlag{Name: "device", Usage: "run on device buffers of the device plugin `NAME` (cuda: each rank's GPU), as nccl-tests does; allreduce of float32, float16 or bfloat16 with sum, min or max (sets --plugin NAME unless --plugin is given)"},
 		&cli.StringFlag{Name: "csv", Usage: "also write the results as CSV to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "json", Usage: "also write the results as JSON to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "svg", Usage: "also plot bus bandwidth against size, as SVG, to `FILE`"},
@@ -130,11 +129,6 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	if mode == transport.ModePlugin && c.String("plugin") == "" {
 		return usage("--transport plugin: which one? (--plugin NAME)")
-	}
-	if d := cfg.Device; d != "" && c.String("plugin") == "" {
-		if err := c.Set("plugin", d); err != nil {
-			return usage("--device %s: %v", d, err)
-		}
 	}
 
 	o, err := jobOptions(c, stdout, stderr)

@@ -69,7 +69,7 @@ func TestDevicePeerKilled(t *testing.T) {
 	dir, environ := buildCuda(t)
 	bin := buildCollectivesExample(t, t.TempDir())
 	mark := newMark(t)
-	r := runGorunIn(t, "", environ, 90*time.Second, nil, "-np", "3", "--grace-period", "30s", "--plugin", "cuda", "--plugin-dir", dir,
+	r := runGorunIn(t, "", environ, 90*time.Second, nil, "-np", "3", "--grace-period", "30s", "--device", "cuda", "--plugin-dir", dir,
 		"-x", "GORUN_CUDA_DRIVER", "-x", "FAKECUDA_DEVICES", "-x", "GORUN_TEST_MARK="+mark, bin, "device-die", "1")
 	if r.code == 0 {
 		t.Fatalf("exit 0 with rank 1 killed\n%s", r.stderr)

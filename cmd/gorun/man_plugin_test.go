@@ -68,7 +68,7 @@ func TestPluginManPageSections(t *testing.T) {
 	page := readManPage(t, pluginPage)
 	want := []string{
 		"NAME", "SYNOPSIS", "DESCRIPTION", "WRITING A TRANSPORT", "WRITING A COLLECTIVE",
-		"BUILDING", "TESTING", "INSTALLING", "USING", "FAILURES", "LOGGING", "ENVIRONMENT",
+		"WRITING A DEVICE PLUGIN", "BUILDING", "TESTING", "INSTALLING", "USING", "FAILURES", "LOGGING", "ENVIRONMENT",
 		"SHIPPED PLUGINS", "FILES", "SEE ALSO",
 	}
 	var got []string
@@ -226,6 +226,11 @@ func TestPluginManPageDocumentsAPI(t *testing.T) {
 			"WRITING A COLLECTIVE",
 			[]reflect.Type{reflect.TypeFor[sdk.Collective]()},
 			[]string{"sdk.ErrDeclined", "alone"},
+		},
+		{
+			"WRITING A DEVICE PLUGIN",
+			[]reflect.Type{reflect.TypeFor[sdk.Memory]()},
+			[]string{"Plugin.Memory", "4096", "sdktest.RunMemory"},
 		},
 	} {
 		sec := roffWords(pluginSection(t, page, tc.section))

@@ -10,7 +10,18 @@ import (
 
 // pluginSettings reads and checks the plugin flags (see pluginFlags).
 func pluginSettings(get func(string) string, list func(string) []string) (env.Plugin, error) {
-	return pluginFlags(get("plugin"), list("plugin-dir"), list("plugin-opt"), get("fabric-provider"), get("transport-fallback"))
+	p, err := pluginFlags(get("plugin"), list("plugin-dir"), list("plugin-opt"), get("fabric-provider"), get("transport-fallback"))
+	if err != nil {
+		return p, err
+	}
+	if p.Device = get("device"); strings.ContainsRune(p.Device, '/') {
+		abs, err := filepath.Abs(p.Device)
+		if err != nil {
+			return p, fmt.Errorf("--device %s: %w", p.Device, err)
+		}
+		p.Device = abs
+	}
+	return p, nil
 }
 
 // pluginFlags checks gorun's plugin flags and returns the settings they

@@ -8,7 +8,7 @@
 // of a large AllReduce; the other ranks ignore gorun's SIGTERM long enough
 // to print the error their collective returns, naming rank R. With
 // "device-die R" the same happens in AllReduceDevice on device buffers
-// (run it with --plugin cuda).
+// (run it with --device cuda).
 package main
 
 import (
