@@ -542,6 +542,7 @@ type result struct {
 	n      int
 	status uint64
 	text   string
+	data   []byte // a device request's reply
 }
 
 // logTail keeps the last lines a plugin wrote to its standard error (its

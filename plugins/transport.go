@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -398,7 +399,8 @@ type hreq struct {
 	dst     []byte // the caller's buffer, for inline and bounced receives
 	bounce  *transport.Region
 	mh      *memreg.Handle
-	counted bool // counts toward conn's requests in flight
+	counted bool   // counts toward conn's requests in flight
+	reply   []byte // a device request's reply, once done
 }
 
 // result reads a completion record while it is valid; an inline receive's
@@ -408,6 +410,8 @@ func (r *hreq) result(x shmring.Rec) result {
 	switch {
 	case r.inline && (x.C == wire.StatusOK || x.C == wire.StatusTruncated):
 		res.n = copy(r.dst, x.Payload)
+	case r.op == "device" && x.C == wire.StatusOK:
+		res.data = bytes.Clone(x.Payload)
 	case x.C != wire.StatusOK:
 		res.text = string(x.Payload)
 	}
@@ -429,9 +433,12 @@ func (r *hreq) finish(res result) {
 	default:
 		cause := wire.Sentinel(res.status)
 		if cause == nil {
-			err = r.conn.opErr(r.op, errors.New(res.text))
+			err = errors.New(res.text)
 		} else {
-			err = r.conn.opErr(r.op, fmt.Errorf("%w (%s)", cause, res.text))
+			err = fmt.Errorf("%w (%s)", cause, res.text)
+		}
+		if r.op != "device" { // a device request's error names no peer
+			err = r.conn.opErr(r.op, err)
 		}
 		if r.op == "isend" && (res.status == wire.StatusPeerLost || res.status == wire.StatusProtocol) {
 			// The receiver is gone: later sends fail at once. (A receive
@@ -446,6 +453,7 @@ func (r *hreq) finish(res result) {
 		r.conn.client().bounces.put(r.bounce)
 		r.bounce = nil
 	}
+	r.reply = res.data
 	r.release()
 	r.Complete(res.n, err)
 }

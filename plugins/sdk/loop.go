@@ -52,13 +52,14 @@ const ()
 // from the submission ring, drives the author's transport, matches
 // messages to receives, and posts completions.
 type loop struct {
-	name string
-	log  hclog.Logger
-	seg  *wire.Segment
-	bell *wire.Bell // rung by the host
-	host *wire.Bell // rung by this loop
-	tr   Transport
-	coll Collective
+	name   string
+	log    hclog.Logger
+	seg    *wire.Segment
+	bell   *wire.Bell // rung by the host
+	host   *wire.Bell // rung by this loop
+	tr     Transport
+	coll   Collective
+	memory Memory
 
 	mu       sync.Mutex // guards what other goroutines add
 	sends    map[uint64]*sendConn
@@ -141,13 +142,13 @@ func (w *waker) wake() {
 	}
 }
 
-func newLoop(name string, log hclog.Logger, seg *wire.Segment, bell, host *wire.Bell, tr Transport, coll Collective, w *waker) *loop {
+func newLoop(name string, log hclog.Logger, seg *wire.Segment, bell, host *wire.Bell, tr Transport, coll Collective, mem Memory, w *waker) *loop {
 	manual := false
 	if p, ok := tr.(Progresser); ok {
 		manual = p.ManualProgress()
 	}
 	return &loop{manual: manual,
-		name: name, log: log, seg: seg, bell: bell, host: host, tr: tr, coll: coll, waker: w,
+		name: name, log: log, seg: seg, bell: bell, host: host, tr: tr, coll: coll, memory: mem, waker: w,
 		sends: map[uint64]*sendConn{}, recvs: map[uint64]*recvConn{}, regions: map[uint64]*region{},
 		handoffs: map[uint64][]*os.File{},
 		quit:     make(chan struct{}), done: make(chan struct{}),
@@ -446,6 +447,8 @@ func (l *loop) handle(x shmring.Rec) {
 		l.complete(x.B, 0, nil, nil)
 	case wire.SQColl:
 		l.collective(x.B, x.Payload)
+	case wire.SQDev:
+		l.device(x.B, x.Payload)
 	default:
 		l.log.Error("unknown work request", "type", x.Type)
 		l.complete(x.B, 0, fmt.Errorf("%w: work request of type %d", transport.ErrProtocol, x.Type), nil)

@@ -162,7 +162,7 @@ func (s *server) Init(ctx context.Context, req *wire.InitReq) (*wire.InitReply, 
 		return nil, err
 	}
 	s.listeners = map[uint64]Listener{}
-	s.loop = newLoop(s.p.Name, s.log, seg, mine, theirs, s.tr, s.coll, wake)
+	s.loop = newLoop(s.p.Name, s.log, seg, mine, theirs, s.tr, s.coll, s.mem, wake)
 	go s.loop.run()
 	go s.loop.serveRegions(sock)
 	s.inited = true

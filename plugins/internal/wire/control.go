@@ -117,12 +117,13 @@ type JoinReq struct {
 	Handles [][]byte `json:"handles"`
 }
 
-// MemReq is a request about device memory: which fields count depends on
-// the call (DevAlloc: Bytes; DevFree, DevExport: Ptr; DevWrite, DevRead:
-// Ptr, Off and Ref, the shared memory to copy from or to; DevImport:
-// Handle; DevCopy: Ptr, Off, Src, SrcOff and Bytes; DevReduce: those with
-// Count elements, Op and DType).
+// MemReq is a request about device memory (a SQDev work request): which
+// fields count depends on Method ("alloc": Bytes; "free", "export": Ptr;
+// "write", "read": Ptr, Off and Ref, the shared memory to copy from or
+// to; "import": Handle; "copy": Ptr, Off, Src, SrcOff and Bytes; "reduce":
+// those with Count elements, Op and DType).
 type MemReq struct {
+	Method string `json:"method"`
 	Ptr    uint64 `json:"ptr,omitempty"`
 	Off    uint64 `json:"off,omitempty"`
 	Src    uint64 `json:"src,omitempty"`
@@ -135,8 +136,8 @@ type MemReq struct {
 	Handle []byte `json:"handle,omitempty"`
 }
 
-// MemReply answers a MemReq: a new pointer (DevAlloc, DevImport) or a
-// handle (DevExport).
+// MemReply answers a MemReq: a new pointer ("alloc", "import") or a
+// handle ("export").
 type MemReply struct {
 	Ptr    uint64 `json:"ptr,omitempty"`
 	Handle []byte `json:"handle,omitempty"`
@@ -154,14 +155,6 @@ type Control interface {
 	CloseListener(context.Context, *IDReq) (*Empty, error)
 	CollHandle(context.Context, *Empty) (*HandleReply, error)
 	CollJoin(context.Context, *JoinReq) (*Empty, error)
-	DevAlloc(context.Context, *MemReq) (*MemReply, error)
-	DevFree(context.Context, *MemReq) (*Empty, error)
-	DevWrite(context.Context, *MemReq) (*Empty, error)
-	DevRead(context.Context, *MemReq) (*Empty, error)
-	DevExport(context.Context, *MemReq) (*MemReply, error)
-	DevImport(context.Context, *MemReq) (*MemReply, error)
-	DevCopy(context.Context, *MemReq) (*Empty, error)
-	DevReduce(context.Context, *MemReq) (*Empty, error)
 }
 
 const service = "gorun.plugin.v1.Control"
@@ -246,14 +239,6 @@ var serviceDesc = grpc.ServiceDesc{
 		{MethodName: "CloseListener", Handler: unary(Control.CloseListener)},
 		{MethodName: "CollHandle", Handler: unary(Control.CollHandle)},
 		{MethodName: "CollJoin", Handler: unary(Control.CollJoin)},
-		{MethodName: "DevAlloc", Handler: unary(Control.DevAlloc)},
-		{MethodName: "DevFree", Handler: unary(Control.DevFree)},
-		{MethodName: "DevWrite", Handler: unary(Control.DevWrite)},
-		{MethodName: "DevRead", Handler: unary(Control.DevRead)},
-		{MethodName: "DevExport", Handler: unary(Control.DevExport)},
-		{MethodName: "DevImport", Handler: unary(Control.DevImport)},
-		{MethodName: "DevCopy", Handler: unary(Control.DevCopy)},
-		{MethodName: "DevReduce", Handler: unary(Control.DevReduce)},
 	},
 }
 

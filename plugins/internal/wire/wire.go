@@ -86,6 +86,7 @@ const (
 	SQRecvRef                // payload: Ref
 	SQCloseConn              // A: connection; B: request id of the close
 	SQColl                   // A: 0; B: request id; payload: CollReq (JSON)
+	SQDev                    // A: 0; B: request id; payload: MemReq (JSON); the CQDone payload: MemReply (JSON) or nothing
 )
 
 // Completion record types (plugin to host).
