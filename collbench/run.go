@@ -25,6 +25,9 @@ var Collectives = []string{"allreduce", "broadcast", "reduce", "allgather", "red
 // DTypes lists the names Config.DType accepts.
 var DTypes = []string{"float32", "float64", "int32", "int64", "uint8", "bfloat16", "float16"}
 
+// DeviceCollectives lists the collectives Config.Device runs.
+var DeviceCollectives = []string{"allreduce", "reducescatter", "allgather", "broadcast"}
+
 // All, as Config.Collective, runs every collective in turn.
 const All = "all"
 
@@ -74,8 +77,8 @@ type Config struct {
 	Root     int // Broadcast's and Reduce's root
 	// Device, when not "", runs the collective on device buffers of the
 	// world's device plugin of that name ("cuda"), as nccl-tests does:
-	// allreduce only, on float32, float16 or bfloat16, with sum, min or
-	// max.
+	// allreduce, reducescatter, allgather or broadcast; the reductions on
+	// float32, float16 or bfloat16, with sum, min or max.
 	Device string `json:",omitempty"`
 	// Out receives rank 0's result lines (ResultPrefix and JSON); nil
 	// means none are written.
@@ -98,14 +101,14 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.Device != "" {
 		switch {
-		case cfg.Collective != "allreduce":
-			return fmt.Errorf("collbench: on device buffers (--device %s): allreduce only, not %s", cfg.Device, cfg.Collective)
+		case !member(DeviceCollectives, cfg.Collective):
+			return fmt.Errorf("collbench: on device buffers (--device %s): %s only, not %s", cfg.Device, strings.Join(DeviceCollectives, ", "), cfg.Collective)
 		case cfg.AllTypes:
 			return fmt.Errorf("collbench: on device buffers (--device %s): one type and operator at a time", cfg.Device)
-		case !member([]string{"", "float32", "float16", "bfloat16"}, cfg.DType):
-			return fmt.Errorf("collbench: on device buffers (--device %s): float32, float16 or bfloat16, not %s", cfg.Device, cfg.DType)
-		case !member([]string{"", "sum", "min", "max"}, cfg.Op):
-			return fmt.Errorf("collbench: on device buffers (--device %s): sum, min or max, not %s", cfg.Device, cfg.Op)
+		case reduction(cfg.Collective) && !member([]string{"", "float32", "float16", "bfloat16"}, cfg.DType):
+			return fmt.Errorf("collbench: %s on device buffers (--device %s): float32, float16 or bfloat16, not %s", cfg.Collective, cfg.Device, cfg.DType)
+		case reduction(cfg.Collective) && !member([]string{"", "sum", "min", "max"}, cfg.Op):
+			return fmt.Errorf("collbench: %s on device buffers (--device %s): sum, min or max, not %s", cfg.Collective, cfg.Device, cfg.Op)
 		}
 	}
 	return nil
@@ -340,7 +343,7 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 			return res, err
 		}
 		if b.dev != nil {
-			if err := b.dev.Read(ctx, 0, bytesOf(b.send)); err != nil {
+			if err := b.unload(ctx); err != nil {
 				return res, err
 			}
 		}
@@ -408,13 +411,31 @@ func algorithm(c *collectives.Communicator, name string, count, per, elem int) s
 	return "hier(" + strings.Join(ph, ",") + ")"
 }
 
-// load fills the buffers with this rank's input, on the device too.
+// load fills the buffers with this rank's input, on the device too: the
+// whole send buffer, or for allgather this rank's part.
 func (b *bench[T]) load(ctx context.Context) error {
 	b.fill()
 	if b.dev == nil {
 		return nil
 	}
-	return b.dev.Write(ctx, 0, bytesOf(b.send))
+	off := 0
+	if b.cfg.Collective == "allgather" {
+		off = b.r * b.per * collectives.DTypeOf[T]().Size()
+	}
+	return b.dev.Write(ctx, off, bytesOf(b.send))
+}
+
+// unload reads the device buffer's result into the host buffer verify
+// checks: the whole (allreduce, broadcast: send; allgather: recv), or
+// this rank's part (reducescatter: recv).
+func (b *bench[T]) unload(ctx context.Context) error {
+	switch b.cfg.Collective {
+	case "allgather":
+		return b.dev.Read(ctx, 0, bytesOf(b.recv))
+	case "reducescatter":
+		return b.dev.Read(ctx, b.r*b.per*collectives.DTypeOf[T]().Size(), bytesOf(b.recv))
+	}
+	return b.dev.Read(ctx, 0, bytesOf(b.send))
 }
 
 // bytesOf views s as bytes.
@@ -430,7 +451,16 @@ func bytesOf[T collectives.Element](s []T) []byte {
 func (b *bench[T]) once(ctx context.Context) error {
 	c := b.c
 	if b.dev != nil {
-		return collectives.AllReduceDevice(ctx, c, b.dev, collectives.DTypeOf[T](), b.op)
+		dt := collectives.DTypeOf[T]()
+		switch b.cfg.Collective {
+		case "reducescatter":
+			return collectives.ReduceScatterDevice(ctx, c, b.dev, dt, b.op)
+		case "allgather":
+			return collectives.AllGatherDevice(ctx, c, b.dev, dt)
+		case "broadcast":
+			return collectives.BroadcastDevice(ctx, c, b.dev, b.cfg.Root)
+		}
+		return collectives.AllReduceDevice(ctx, c, b.dev, dt, b.op)
 	}
 	switch b.cfg.Collective {
 	case "allreduce":

@@ -87,67 +87,206 @@ func (b *DeviceBuffer) Free(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// AllReduceDevice reduces the buffers of every rank, elements of dtype
-// (Float32, FP16 or BF16) with op (Sum, Min or Max), and leaves the
-// result in each. Every rank calls it with a buffer of the same size.
+// The device collectives. Every rank calls the same ones in the same
+// order, with buffers of the same size. On one host each rank's plugin
+// maps the others' buffers (their export handles gathered once per
+// buffer) and the ranks copy and reduce from each other's buffers on the
+// devices, a barrier before, between and after the phases, so that no
+// rank reads what another has not written or overwrites what another
+// still reads. Across hosts the buffers go through host memory and the
+// communicator's collectives (over the --plugin transport where there is
+// one). The reductions take Float32, FP16 or BF16 with Sum, Min or Max.
 //
-// On one host each rank owns a contiguous part of the elements: it
-// reduces that part from every other rank's buffer straight into its own
-// (the peers' buffers are mapped into its plugin), and then copies every
-// other part from its owner, with a barrier before, between and after.
-// Across hosts the buffer goes through host memory and AllReduce.
+// Where a collective works on parts, rank r's part of count elements is
+// elements [r*count/size, (r+1)*count/size): ReduceScatterDevice and
+// AllGatherDevice need count to be a multiple of the ranks.
+
+// AllReduceDevice reduces the buffers of every rank and leaves the result
+// in each: each rank reduces its part from every other's buffer into its
+// own, then copies every other part from its owner.
 func AllReduceDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtype DType, op Op) error {
-	const name = "allreduce device"
+	d, err := startDevice(ctx, c, b, "allreduce device", dtype, op, false)
+	if err != nil || d == nil {
+		return err
+	}
+	if d.staged {
+		return d.hostReduce(ctx, func(h []byte) error { return allReduceHost(ctx, c, h, dtype, op) })
+	}
+	return d.phases(ctx, d.reduceOwn, d.gatherOthers)
+}
+
+// ReduceScatterDevice reduces the buffers of every rank and leaves in each
+// rank's part of its buffer that part of the result (the rest of the
+// buffer is left as it was, or, across hosts, holds intermediate data).
+func ReduceScatterDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtype DType, op Op) error {
+	d, err := startDevice(ctx, c, b, "reducescatter device", dtype, op, true)
+	if err != nil || d == nil {
+		return err
+	}
+	if d.staged {
+		return d.hostReduce(ctx, func(h []byte) error {
+			off, n := d.part(c.rank)
+			own := make([]byte, n*d.esz)
+			if err := reduceScatterHost(ctx, c, h, own, dtype, op); err != nil {
+				return err
+			}
+			copy(h[off:], own)
+			return nil
+		})
+	}
+	return d.phases(ctx, d.reduceOwn)
+}
+
+// AllGatherDevice gives every rank every part: rank r's part of each
+// buffer comes from rank r's buffer. The elements are bytes here (dtype
+// only says how the buffer divides: its size is a multiple of the ranks'
+// count of dtype elements).
+func AllGatherDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtype DType) error {
+	d, err := startDevice(ctx, c, b, "allgather device", dtype, 0, true)
+	if err != nil || d == nil {
+		return err
+	}
+	if d.staged {
+		return d.hostReduce(ctx, func(h []byte) error {
+			off, n := d.part(c.rank)
+			own := append([]byte(nil), h[off:off+n*d.esz]...)
+			return AllGather(ctx, c, own, h)
+		})
+	}
+	return d.phases(ctx, d.gatherOthers)
+}
+
+// BroadcastDevice copies root's buffer into every rank's.
+func BroadcastDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, root int) error {
+	if err := c.checkRoot("broadcast device", root); err != nil {
+		return err
+	}
+	d, err := startDevice(ctx, c, b, "broadcast device", Uint8, 0, false)
+	if err != nil || d == nil {
+		return err
+	}
+	if d.staged {
+		return d.hostReduce(ctx, func(h []byte) error { return Broadcast(ctx, c, h, root) })
+	}
+	return d.phases(ctx, func(ctx context.Context) error {
+		if c.rank == root {
+			return nil
+		}
+		return d.try("copying from the root", b.m.Copy(ctx, b.ptr, 0, b.peers[root], 0, b.n))
+	})
+}
+
+// deviceOp is one device collective under way.
+type deviceOp struct {
+	c      *Communicator
+	b      *DeviceBuffer
+	name   string
+	dtype  DType
+	op     Op
+	esz    int
+	count  int
+	staged bool // across hosts: through host memory
+}
+
+// startDevice checks a device collective's arguments and maps the peers'
+// buffers where it runs on one host; a nil deviceOp means there is
+// nothing to do (one rank). op 0 means no reduction; parts says the
+// buffer must divide into equal parts.
+func startDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, name string, dtype DType, op Op, parts bool) (*deviceOp, error) {
 	switch {
 	case b == nil || b.c != c:
-		return invalid(name, "the buffer was not allocated on this communicator")
-	case dtype != Float32 && dtype != FP16 && dtype != BF16:
-		return invalid(name, "element type %s (float32, float16 and bfloat16 only)", dtype)
-	case op != Sum && op != Min && op != Max:
-		return invalid(name, "operator %s (sum, min and max only)", op)
-	case b.n%dtype.Size() != 0:
-		return invalid(name, "%d bytes is not a whole number of %s", b.n, dtype)
+		return nil, invalid(name, "the buffer was not allocated on this communicator")
+	case op != 0 && dtype != Float32 && dtype != FP16 && dtype != BF16:
+		return nil, invalid(name, "element type %s (float32, float16 and bfloat16 only)", dtype)
+	case op != 0 && op != Sum && op != Min && op != Max:
+		return nil, invalid(name, "operator %s (sum, min and max only)", op)
+	case dtype.Size() == 0 || b.n%dtype.Size() != 0:
+		return nil, invalid(name, "%d bytes is not a whole number of %s", b.n, dtype)
+	case parts && (b.n/dtype.Size())%c.size != 0:
+		return nil, invalid(name, "%d elements do not divide among %d ranks", b.n/dtype.Size(), c.size)
 	}
 	if c.size == 1 {
-		return nil
+		return nil, nil
 	}
-	if c.Hosts() > 1 {
-		return allReduceStaged(ctx, c, b, dtype, op)
-	}
-	if err := b.mapPeers(ctx); err != nil {
-		return err
-	}
-	count, esz := b.n/dtype.Size(), dtype.Size()
-	part := func(r int) (off, n int) { // rank r's elements, as a byte offset and a count
-		lo, hi := r*count/c.size, (r+1)*count/c.size
-		return lo * esz, hi - lo
-	}
-	fail := func(what string, err error) error {
-		return fmt.Errorf("collectives: %s: rank %d: %s: %w", name, c.rank, what, err)
-	}
-	if err := c.Barrier(ctx); err != nil {
-		return err
-	}
-	if off, n := part(c.rank); n > 0 {
-		for i := 1; i < c.size; i++ {
-			j := (c.rank + i) % c.size
-			if err := b.m.Reduce(ctx, op.String(), dtype.String(), b.ptr, off, b.peers[j], off, n); err != nil {
-				return fail(fmt.Sprintf("reducing rank %d's part", j), err)
-			}
+	d := &deviceOp{c: c, b: b, name: name, dtype: dtype, op: op, esz: dtype.Size(), count: b.n / dtype.Size(), staged: c.Hosts() > 1}
+	if !d.staged {
+		if err := b.mapPeers(ctx); err != nil {
+			return nil, err
 		}
 	}
-	if err := c.Barrier(ctx); err != nil {
-		return err
+	return d, nil
+}
+
+// part returns rank r's elements, as a byte offset and a count.
+func (d *deviceOp) part(r int) (off, n int) {
+	lo, hi := r*d.count/d.c.size, (r+1)*d.count/d.c.size
+	return lo * d.esz, hi - lo
+}
+
+// try wraps a failed step's error with the collective and the rank.
+func (d *deviceOp) try(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("collectives: %s: rank %d: %s: %w", d.name, d.c.rank, what, err)
+	}
+	return nil
+}
+
+// phases runs the steps with a barrier before each and after the last.
+func (d *deviceOp) phases(ctx context.Context, steps ...func(context.Context) error) error {
+	for _, step := range steps {
+		if err := d.c.Barrier(ctx); err != nil {
+			return err
+		}
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return d.c.Barrier(ctx)
+}
+
+// reduceOwn reduces this rank's part from every other rank's buffer into
+// its own, starting with the next rank's, so that the ranks read from
+// different peers at once.
+func (d *deviceOp) reduceOwn(ctx context.Context) error {
+	c, b := d.c, d.b
+	off, n := d.part(c.rank)
+	if n == 0 {
+		return nil
 	}
 	for i := 1; i < c.size; i++ {
 		j := (c.rank + i) % c.size
-		if off, n := part(j); n > 0 {
-			if err := b.m.Copy(ctx, b.ptr, off, b.peers[j], off, n*esz); err != nil {
-				return fail(fmt.Sprintf("copying rank %d's part", j), err)
+		if err := d.try(fmt.Sprintf("reducing rank %d's part", j), b.m.Reduce(ctx, d.op.String(), d.dtype.String(), b.ptr, off, b.peers[j], off, n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gatherOthers copies every other rank's part from that rank's buffer.
+func (d *deviceOp) gatherOthers(ctx context.Context) error {
+	c, b := d.c, d.b
+	for i := 1; i < c.size; i++ {
+		j := (c.rank + i) % c.size
+		if off, n := d.part(j); n > 0 {
+			if err := d.try(fmt.Sprintf("copying rank %d's part", j), b.m.Copy(ctx, b.ptr, off, b.peers[j], off, n*d.esz)); err != nil {
+				return err
 			}
 		}
 	}
-	return c.Barrier(ctx)
+	return nil
+}
+
+// hostReduce runs f on a host copy of the buffer and writes the result
+// back.
+func (d *deviceOp) hostReduce(ctx context.Context, f func(host []byte) error) error {
+	host := make([]byte, d.b.n)
+	if err := d.b.Read(ctx, 0, host); err != nil {
+		return err
+	}
+	if err := f(host); err != nil {
+		return err
+	}
+	return d.b.Write(ctx, 0, host)
 }
 
 // mapPeers maps every other rank's buffer into this rank's plugin, once
@@ -201,24 +340,24 @@ func (b *DeviceBuffer) mapPeers(ctx context.Context) error {
 	return nil
 }
 
-// allReduceStaged reduces through host memory: the buffer is read, reduced
-// with AllReduce over the communicator's transports, and written back.
-func allReduceStaged(ctx context.Context, c *Communicator, b *DeviceBuffer, dtype DType, op Op) error {
-	host := make([]byte, b.n)
-	if err := b.Read(ctx, 0, host); err != nil {
-		return err
-	}
-	var err error
+// allReduceHost all-reduces the elements of dtype in h.
+func allReduceHost(ctx context.Context, c *Communicator, h []byte, dtype DType, op Op) error {
 	switch dtype {
-	case Float32:
-		err = AllReduce(ctx, c, view[float32](host), op)
 	case FP16:
-		err = AllReduce(ctx, c, view[Float16](host), op)
+		return AllReduce(ctx, c, view[Float16](h), op)
 	case BF16:
-		err = AllReduce(ctx, c, view[BFloat16](host), op)
+		return AllReduce(ctx, c, view[BFloat16](h), op)
 	}
-	if err != nil {
-		return err
+	return AllReduce(ctx, c, view[float32](h), op)
+}
+
+// reduceScatterHost reduce-scatters the elements of dtype in h into own.
+func reduceScatterHost(ctx context.Context, c *Communicator, h, own []byte, dtype DType, op Op) error {
+	switch dtype {
+	case FP16:
+		return ReduceScatter(ctx, c, view[Float16](h), view[Float16](own), op)
+	case BF16:
+		return ReduceScatter(ctx, c, view[BFloat16](h), view[BFloat16](own), op)
 	}
-	return b.Write(ctx, 0, host)
+	return ReduceScatter(ctx, c, view[float32](h), view[float32](own), op)
 }

@@ -70,12 +70,13 @@ func encodeAs(dtype collectives.DType, xs []float32) []byte {
 	return b
 }
 
-// Four ranks with a GPU each (fake) all-reduce device buffers on one host
-// (through each other's mapped buffers) and on two (through host memory,
-// over TCP or a transport plugin given beside the device one), for every
-// type and operator, at lengths that leave some ranks no part; every rank
-// ends with the serial result.
-func TestAllReduceDevice(t *testing.T) {
+// Four ranks with a GPU each (fake) run the device collectives on one
+// host (through each other's mapped buffers) and on two (through host
+// memory, over TCP or a transport plugin given beside the device one):
+// allreduce and reducescatter for every type and operator, allreduce at
+// lengths that leave some ranks no part, allgather and broadcast; every
+// rank ends with the serial result.
+func TestDeviceCollectives(t *testing.T) {
 	bin := cudaPlugin(t)
 	tcpx := pluginBin(t, "tcpexample")
 	for _, tc := range []struct {
@@ -97,44 +98,25 @@ func TestAllReduceDevice(t *testing.T) {
 				for _, dtype := range []collectives.DType{collectives.Float32, collectives.FP16, collectives.BF16} {
 					for _, op := range []collectives.Op{collectives.Sum, collectives.Min, collectives.Max} {
 						for _, count := range []int{1, 3, 1000, 100003} {
-							in, want := make([]float32, count), make([]float32, count)
-							for i := range in {
-								in[i] = deviceInput(c.Rank(), i)
-								for r := range c.Size() {
-									x := deviceInput(r, i)
-									switch {
-									case r == 0:
-										want[i] = x
-									case op == collectives.Sum:
-										want[i] += x
-									case op == collectives.Min:
-										want[i] = min(want[i], x)
-									default:
-										want[i] = max(want[i], x)
-									}
-								}
-							}
-							b, err := c.AllocDevice(ctx, count*dtype.Size())
-							if err != nil {
-								return err
-							}
-							if err := b.Write(ctx, 0, encodeAs(dtype, in)); err != nil {
-								return err
-							}
-							if err := collectives.AllReduceDevice(ctx, c, b, dtype, op); err != nil {
-								return fmt.Errorf("%s %s, %d elements: %w", op, dtype, count, err)
-							}
-							got := make([]byte, b.Len())
-							if err := b.Read(ctx, 0, got); err != nil {
-								return err
-							}
-							if string(got) != string(encodeAs(dtype, want)) {
-								return fmt.Errorf("%s %s, %d elements: not the serial result", op, dtype, count)
-							}
-							if err := b.Free(ctx); err != nil {
+							if err := deviceCheck(ctx, c, "allreduce", dtype, op, count); err != nil {
 								return err
 							}
 						}
+						for _, count := range []int{4, 4000} {
+							if err := deviceCheck(ctx, c, "reducescatter", dtype, op, count); err != nil {
+								return err
+							}
+						}
+					}
+					for _, count := range []int{4, 4000} {
+						if err := deviceCheck(ctx, c, "allgather", dtype, 0, count); err != nil {
+							return err
+						}
+					}
+				}
+				for _, count := range []int{1, 100003} {
+					if err := deviceCheck(ctx, c, "broadcast", collectives.Float32, 0, count); err != nil {
+						return err
 					}
 				}
 				return nil
@@ -190,4 +172,70 @@ func TestDeviceErrors(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deviceCheck runs one device collective on this rank's input and
+// compares the buffer with the serial result (for reducescatter, the
+// rank's part; for broadcast, root 2's buffer).
+func deviceCheck(ctx context.Context, c *collectives.Communicator, coll string, dtype collectives.DType, op collectives.Op, count int) error {
+	n, r := c.Size(), c.Rank()
+	lo, hi := r*count/n, (r+1)*count/n // this rank's part
+	const root = 2
+	in, want := make([]float32, count), make([]float32, count)
+	for i := range in {
+		in[i] = deviceInput(r, i)
+		switch coll {
+		case "allgather":
+			want[i] = deviceInput(i*n/count, i) // from the part's owner
+		case "broadcast":
+			want[i] = deviceInput(root, i)
+		default:
+			for q := range n {
+				x := deviceInput(q, i)
+				switch {
+				case q == 0:
+					want[i] = x
+				case op == collectives.Sum:
+					want[i] += x
+				case op == collectives.Min:
+					want[i] = min(want[i], x)
+				default:
+					want[i] = max(want[i], x)
+				}
+			}
+		}
+	}
+	b, err := c.AllocDevice(ctx, count*dtype.Size())
+	if err != nil {
+		return err
+	}
+	defer b.Free(ctx)
+	if err := b.Write(ctx, 0, encodeAs(dtype, in)); err != nil {
+		return err
+	}
+	switch coll {
+	case "allreduce":
+		err = collectives.AllReduceDevice(ctx, c, b, dtype, op)
+	case "reducescatter":
+		err = collectives.ReduceScatterDevice(ctx, c, b, dtype, op)
+		want, lo = want[lo:hi], lo*dtype.Size()
+	case "allgather":
+		err = collectives.AllGatherDevice(ctx, c, b, dtype)
+	case "broadcast":
+		err = collectives.BroadcastDevice(ctx, c, b, root)
+	}
+	if coll != "reducescatter" {
+		lo = 0
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s %s, %d elements: %w", coll, op, dtype, count, err)
+	}
+	got := make([]byte, len(want)*dtype.Size())
+	if err := b.Read(ctx, lo, got); err != nil {
+		return err
+	}
+	if string(got) != string(encodeAs(dtype, want)) {
+		return fmt.Errorf("%s %s %s, %d elements: not the serial result", coll, op, dtype, count)
+	}
+	return nil
 }

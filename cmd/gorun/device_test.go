@@ -43,9 +43,16 @@ func TestBenchDevice(t *testing.T) {
 	if r.code != 0 || len(rows) != 3 || !strings.Contains(r.stdout, "# Device buffers       : cuda") {
 		t.Errorf("bench --device cuda: exit %d, %d rows\n%s%s", r.code, len(rows), r.stdout, r.stderr)
 	}
-	r = runGorunIn(t, "", environ, 30*time.Second, nil, "bench", "broadcast", "--device", "cuda", "--plugin-dir", dir, "-np", "2")
-	if r.code != 2 || !strings.Contains(r.stderr, "allreduce only") {
-		t.Errorf("bench broadcast --device cuda: exit %d\n%s", r.code, r.stderr)
+	for _, coll := range []string{"reducescatter", "allgather", "broadcast"} {
+		r = runGorunIn(t, "", environ, 120*time.Second, nil, "bench", coll, "--device", "cuda", "--plugin-dir", dir,
+			"-np", "2", "-b", "64K", "-e", "64K", "-r", "1", "-x", "GORUN_CUDA_DRIVER", "-x", "FAKECUDA_DEVICES")
+		if r.code != 0 || !regexp.MustCompile(`(?m)^ +65536 .* 0  device$`).MatchString(r.stdout) {
+			t.Errorf("bench %s --device cuda: exit %d\n%s%s", coll, r.code, r.stdout, r.stderr)
+		}
+	}
+	r = runGorunIn(t, "", environ, 30*time.Second, nil, "bench", "alltoall", "--device", "cuda", "--plugin-dir", dir, "-np", "2")
+	if r.code != 2 || !strings.Contains(r.stderr, "allreduce, reducescatter, allgather, broadcast only") {
+		t.Errorf("bench alltoall --device cuda: exit %d\n%s", r.code, r.stderr)
 	}
 	r = runGorunIn(t, "", environ, 60*time.Second, nil, "plugins", "test", "--plugin-dir", dir, "cuda")
 	if r.code != 0 || !strings.Contains(r.stdout, "device memory contract: passed") {
