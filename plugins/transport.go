@@ -213,9 +213,19 @@ func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
 		return nil, l.t.ctlErr("accept", "", err)
 	}
 	if l.closed.Load() {
-		// Accepted as the listener closed: give the connection back.
-		cn := &conn{t: l.t, id: r.ID, peer: r.Peer}
-		cn.Close()
+		// Accepted as the listener closed: give the connection back (a
+		// handed-off one's sockets are taken, so that the plugin does
+		// not keep them, and closed).
+		if r.Sockets > 0 {
+			if socks, err := l.t.c.takeSockets(r); err == nil {
+				for _, f := range socks {
+					f.Close()
+				}
+			}
+		} else {
+			cn := &conn{t: l.t, id: r.ID, peer: r.Peer}
+			cn.Close()
+		}
 		return nil, l.t.opErr("accept", r.Peer, transport.ErrClosed)
 	}
 	if r.Sockets > 0 {
