@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/jobs"
 )
 
 // The test binary doubles as gorun: run with GORUN_TEST_MAIN=1 it is the
@@ -70,11 +73,18 @@ func runGorunIn(t *testing.T, dir string, environ []string, limit time.Duration,
 	return runCmd(t, ctx, cmd, limit)
 }
 
-// runCmd runs a gorun command made with ctx to its end.
+// runCmd runs a gorun command made with ctx to its end. At the deadline,
+// before gorun is killed, its ranks' stacks are taken (gorun stacks), so
+// that a test that fails by hanging says where the job hung.
 func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd, limit time.Duration) result {
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	var hung string // read after Run: Wait waits for Cancel
+	cmd.Cancel = func() error {
+		hung = jobStacks(cmd.Process.Pid)
+		return cmd.Process.Kill()
+	}
 	start := time.Now()
 	err := cmd.Run()
 	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
@@ -87,7 +97,33 @@ func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd, limit time.Duratio
 		t.Fatalf("gorun %v: %v", cmd.Args[1:], err)
 	}
 	if ctx.Err() != nil {
-		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s", cmd.Args[1:], limit, r.stdout, r.stderr)
+		t.Fatalf("gorun %v did not finish within %v\nstdout:\n%s\nstderr:\n%s\nthe ranks' stacks at the deadline:\n%s", cmd.Args[1:], limit, r.stdout, r.stderr, hung)
 	}
 	return r
+}
+
+// jobStacks returns what gorun stacks says of the job whose head is pid,
+// or why it could not.
+func jobStacks(pid int) string {
+	dir, err := jobs.Dir()
+	if err != nil {
+		return err.Error()
+	}
+	infos, err := jobs.List(dir)
+	if err != nil {
+		return err.Error()
+	}
+	for _, info := range infos {
+		if info.PID != pid {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := gorunCommand(ctx, "stacks", info.ID).CombinedOutput()
+		if err != nil {
+			return fmt.Sprintf("%s(gorun stacks %s: %v)", b, info.ID, err)
+		}
+		return string(b)
+	}
+	return fmt.Sprintf("(no job of head %d in %s)", pid, dir)
 }
