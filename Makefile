@@ -46,7 +46,8 @@ plugins:
 	@mkdir -p $(PLUGIN_DIR)
 	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
 	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
-	CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-cuda ./plugins/cuda
+	@if command -v $${CC:-cc} >/dev/null 2>&1; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-cuda ./plugins/cuda; \
+	else echo "note: no C compiler: gorun-plugin-cuda (NVIDIA GPUs) not built"; fi
 
 # Where every user's gorun finds them without --plugin-dir.
 install-plugins: plugins
