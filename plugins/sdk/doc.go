@@ -1,6 +1,6 @@
 // Package sdk is what a gorun plugin author imports: the interfaces a
-// transport or collective plugin implements ([Transport], [Collective]) and
-// [Serve], which the plugin's main calls.
+// transport, collective or device plugin implements ([Transport],
+// [Collective], [Memory]) and [Serve], which the plugin's main calls.
 //
 // A gorun plugin is a program that gorun's ranks start as a
 // github.com/hashicorp/go-plugin subprocess. The control plane (devices,
@@ -20,4 +20,8 @@
 // over the streams). The plugin then chooses the addresses, the interface
 // and the socket options, and opens the connections; nothing more.
 // examples/plugins/tcpexample does it.
+//
+// A device plugin ([Memory]) manages memory on the rank's accelerator:
+// gorun's device buffers and device collectives are built from its calls,
+// which travel through the same rings. plugins/cuda is one.
 package sdk
