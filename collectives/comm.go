@@ -155,6 +155,8 @@ type Communicator struct {
 	transports string          // what Init connected with ("shm+tcp"), "" for New
 	offload    Offloader       // the world communicator's collective plugin, or nil
 	device     *plugins.Memory // the world communicator's device plugin's memory, or nil
+	devMu      sync.Mutex
+	devSplit   *deviceSplit // the communicators of hierarchical device collectives, once made
 	offloaded  atomic.Uint64
 }
 
@@ -256,6 +258,14 @@ func (c *Communicator) Thresholds() *Thresholds { return c.thr.Clone() }
 // New (its owner does, after Close), but the world communicator of Init
 // and InitWith closes its connections. Closing a closed Communicator does nothing.
 func (c *Communicator) Close() error {
+	c.devMu.Lock()
+	split := c.devSplit
+	c.devSplit = nil
+	c.devMu.Unlock()
+	if split != nil { // the device collectives' communicators, over the same links
+		split.local.Close()
+		split.cross.Close()
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

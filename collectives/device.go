@@ -31,8 +31,9 @@ type DeviceBuffer struct {
 	ptr uint64
 	n   int
 
-	mu    sync.Mutex
-	peers []uint64 // the other ranks' buffers mapped here, by rank; nil until needed
+	mu      sync.Mutex
+	peers   []uint64      // the other ranks' buffers mapped here, by rank of peersOf; nil until needed
+	peersOf *Communicator // the communicator of those ranks
 }
 
 // AllocDevice allocates n bytes on the rank's device. It fails with
@@ -93,9 +94,14 @@ func (b *DeviceBuffer) Free(ctx context.Context) error {
 // buffer) and the ranks copy and reduce from each other's buffers on the
 // devices, a barrier before, between and after the phases, so that no
 // rank reads what another has not written or overwrites what another
-// still reads. Across hosts the buffers go through host memory and the
-// communicator's collectives (over the --plugin transport where there is
-// one). The reductions take Float32, FP16 or BF16 with Sum, Min or Max.
+// still reads. Across hosts, AllReduceDevice runs in three phases where
+// every host has as many ranks: a reduce-scatter on the devices inside
+// each host, an allreduce of each rank's part with the same part on the
+// other hosts through host memory and the communicator's transports (the
+// --plugin transport's where there is one), and an all-gather on the
+// devices; the other collectives, and hosts of unequal ranks, stage the
+// whole buffer through host memory. The reductions take Float32, FP16 or
+// BF16 with Sum, Min or Max.
 //
 // Where a collective works on parts, rank r's part of count elements is
 // elements [r*count/size, (r+1)*count/size): ReduceScatterDevice and
@@ -110,7 +116,31 @@ func AllReduceDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtyp
 		return err
 	}
 	if d.staged {
-		return d.hostReduce(ctx, func(h []byte) error { return allReduceHost(ctx, c, h, dtype, op) })
+		cross, ok, err := d.hier(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return d.hostReduce(ctx, func(h []byte) error { return allReduceHost(ctx, c, h, dtype, op) })
+		}
+		// This host's ranks reduce-scatter on their devices, each rank
+		// all-reduces its part with the same part of the other hosts
+		// through host memory, and the host's ranks all-gather.
+		across := func(ctx context.Context) error {
+			off, n := d.part(d.g.rank)
+			if n == 0 {
+				return nil // as on every host, at this local rank
+			}
+			part := make([]byte, n*d.esz)
+			if err := b.Read(ctx, off, part); err != nil {
+				return err
+			}
+			if err := allReduceHost(ctx, cross, part, dtype, op); err != nil {
+				return err
+			}
+			return b.Write(ctx, off, part)
+		}
+		return d.phases(ctx, d.reduceOwn, across, d.gatherOthers)
 	}
 	return d.phases(ctx, d.reduceOwn, d.gatherOthers)
 }
@@ -176,9 +206,38 @@ func BroadcastDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, root
 	})
 }
 
+// deviceSplit holds the communicators of hierarchical device collectives:
+// this host's ranks, and the ranks of this local rank on every host.
+type deviceSplit struct {
+	local, cross *Communicator
+}
+
+// deviceComms returns the world's deviceSplit, splitting it on first use.
+// Every rank gets there at the same collective (device collectives are
+// called in the same order everywhere), so the splits match.
+func (c *Communicator) deviceComms(ctx context.Context) (*deviceSplit, error) {
+	c.devMu.Lock()
+	defer c.devMu.Unlock()
+	if c.devSplit != nil {
+		return c.devSplit, nil
+	}
+	local, err := c.Split(ctx, c.topo.myHost, c.rank)
+	if err != nil {
+		return nil, err
+	}
+	cross, err := c.Split(ctx, c.topo.myLocal, c.topo.myHost)
+	if err != nil {
+		local.Close()
+		return nil, err
+	}
+	c.devSplit = &deviceSplit{local: local, cross: cross}
+	return c.devSplit, nil
+}
+
 // deviceOp is one device collective under way.
 type deviceOp struct {
 	c      *Communicator
+	g      *Communicator // whose ranks the device phases run among: c, or this host's ranks of c
 	b      *DeviceBuffer
 	name   string
 	dtype  DType
@@ -208,18 +267,39 @@ func startDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, name str
 	if c.size == 1 {
 		return nil, nil
 	}
-	d := &deviceOp{c: c, b: b, name: name, dtype: dtype, op: op, esz: dtype.Size(), count: b.n / dtype.Size(), staged: c.Hosts() > 1}
+	d := &deviceOp{c: c, g: c, b: b, name: name, dtype: dtype, op: op, esz: dtype.Size(), count: b.n / dtype.Size(), staged: c.Hosts() > 1}
 	if !d.staged {
-		if err := b.mapPeers(ctx); err != nil {
+		if err := b.mapPeers(ctx, c); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
 }
 
+// hier makes d run its device phases among this host's ranks (mapping
+// their buffers), for a collective whose cross-host step goes over the
+// communicator of the same local rank on every host; it reports false
+// where the hosts have different numbers of ranks, and d stays staged.
+func (d *deviceOp) hier(ctx context.Context) (cross *Communicator, ok bool, err error) {
+	if !d.c.topo.uniform {
+		return nil, false, nil
+	}
+	sub, err := d.c.deviceComms(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if sub.local.size > 1 {
+		if err := d.b.mapPeers(ctx, sub.local); err != nil {
+			return nil, false, err
+		}
+	}
+	d.g, d.staged = sub.local, false
+	return sub.cross, true, nil
+}
+
 // part returns rank r's elements, as a byte offset and a count.
 func (d *deviceOp) part(r int) (off, n int) {
-	lo, hi := r*d.count/d.c.size, (r+1)*d.count/d.c.size
+	lo, hi := r*d.count/d.g.size, (r+1)*d.count/d.g.size
 	return lo * d.esz, hi - lo
 }
 
@@ -234,27 +314,27 @@ func (d *deviceOp) try(what string, err error) error {
 // phases runs the steps with a barrier before each and after the last.
 func (d *deviceOp) phases(ctx context.Context, steps ...func(context.Context) error) error {
 	for _, step := range steps {
-		if err := d.c.Barrier(ctx); err != nil {
+		if err := d.g.Barrier(ctx); err != nil {
 			return err
 		}
 		if err := step(ctx); err != nil {
 			return err
 		}
 	}
-	return d.c.Barrier(ctx)
+	return d.g.Barrier(ctx)
 }
 
 // reduceOwn reduces this rank's part from every other rank's buffer into
 // its own, starting with the next rank's, so that the ranks read from
 // different peers at once.
 func (d *deviceOp) reduceOwn(ctx context.Context) error {
-	c, b := d.c, d.b
-	off, n := d.part(c.rank)
+	g, b := d.g, d.b
+	off, n := d.part(g.rank)
 	if n == 0 {
 		return nil
 	}
-	for i := 1; i < c.size; i++ {
-		j := (c.rank + i) % c.size
+	for i := 1; i < g.size; i++ {
+		j := (g.rank + i) % g.size
 		if err := d.try(fmt.Sprintf("reducing rank %d's part", j), b.m.Reduce(ctx, d.op.String(), d.dtype.String(), b.ptr, off, b.peers[j], off, n)); err != nil {
 			return err
 		}
@@ -264,9 +344,9 @@ func (d *deviceOp) reduceOwn(ctx context.Context) error {
 
 // gatherOthers copies every other rank's part from that rank's buffer.
 func (d *deviceOp) gatherOthers(ctx context.Context) error {
-	c, b := d.c, d.b
-	for i := 1; i < c.size; i++ {
-		j := (c.rank + i) % c.size
+	g, b := d.g, d.b
+	for i := 1; i < g.size; i++ {
+		j := (g.rank + i) % g.size
 		if off, n := d.part(j); n > 0 {
 			if err := d.try(fmt.Sprintf("copying rank %d's part", j), b.m.Copy(ctx, b.ptr, off, b.peers[j], off, n*d.esz)); err != nil {
 				return err
@@ -289,15 +369,18 @@ func (d *deviceOp) hostReduce(ctx context.Context, f func(host []byte) error) er
 	return d.b.Write(ctx, 0, host)
 }
 
-// mapPeers maps every other rank's buffer into this rank's plugin, once
+// mapPeers maps the buffers of c's other ranks (c is the buffer's
+// communicator, or this host's ranks of it) into this rank's plugin, once
 // per buffer: the ranks gather each other's export handles.
-func (b *DeviceBuffer) mapPeers(ctx context.Context) error {
+func (b *DeviceBuffer) mapPeers(ctx context.Context, c *Communicator) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.peers != nil {
+		if b.peersOf != c {
+			return fmt.Errorf("collectives: rank %d: a device buffer's peers were mapped for another communicator", b.c.rank)
+		}
 		return nil
 	}
-	c := b.c
 	h, err := b.m.Export(ctx, b.ptr)
 	if err != nil {
 		return fmt.Errorf("collectives: rank %d: exporting its device buffer: %w", c.rank, err)
@@ -336,7 +419,7 @@ func (b *DeviceBuffer) mapPeers(ctx context.Context) error {
 		peers[r] = p
 	}
 	peers[c.rank] = 0 // not freed by Free: it is b.ptr
-	b.peers = peers
+	b.peers, b.peersOf = peers, c
 	return nil
 }
 
