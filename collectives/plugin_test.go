@@ -173,7 +173,8 @@ func TestCollectivePlugin(t *testing.T) {
 }
 
 // GORUN_PLUGIN_HANDOFF reaches Setup: unset or 1 hands off, 0 does not,
-// anything else is an error that names the variable.
+// anything else is an error that names the variable. GORUN_COLL_DEVICE
+// reaches Setup.Device.
 func TestSetupFromEnvHandoff(t *testing.T) {
 	t.Setenv("GORUN_RANK", "0")
 	t.Setenv("GORUN_WORLD_SIZE", "1")
@@ -183,7 +184,11 @@ func TestSetupFromEnvHandoff(t *testing.T) {
 		ok        bool
 	}{{"", false, true}, {"1", false, true}, {"0", true, true}, {"off", false, false}} {
 		t.Setenv(collectives.EnvHandoff, tc.value)
+		t.Setenv(collectives.EnvDevice, "cuda")
 		s, err := collectives.SetupFromEnv()
+		if err == nil && s.Device != "cuda" {
+			t.Errorf("%s=cuda: Setup.Device %q", collectives.EnvDevice, s.Device)
+		}
 		if (err == nil) != tc.ok || s.NoHandoff != tc.noHandoff || (err != nil && !strings.Contains(err.Error(), collectives.EnvHandoff)) {
 			t.Errorf("%s=%q: NoHandoff %v, %v", collectives.EnvHandoff, tc.value, s.NoHandoff, err)
 		}

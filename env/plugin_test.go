@@ -23,3 +23,26 @@ func TestPluginOptsRoundTrip(t *testing.T) {
 		t.Errorf("a bad option: %v", err)
 	}
 }
+
+// The device plugin reaches the ranks as GORUN_COLL_DEVICE, unless -x set it.
+func TestWithPluginDevice(t *testing.T) {
+	none := func(string) (string, bool) { return "", false }
+	for _, tc := range []struct {
+		exports []Export
+		want    string
+	}{
+		{nil, "cuda"},
+		{[]Export{{Name: CollDevice, Value: "other", HasValue: true}}, "other"},
+	} {
+		vars, _ := Resolve(WithPlugin(tc.exports, Plugin{Device: "cuda"}, none), nil)
+		got := ""
+		for _, x := range vars {
+			if k, v, _ := strings.Cut(x, "="); k == CollDevice {
+				got = v
+			}
+		}
+		if got != tc.want {
+			t.Errorf("exports %v: %s=%q, want %q", tc.exports, CollDevice, got, tc.want)
+		}
+	}
+}

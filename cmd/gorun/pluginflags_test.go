@@ -37,3 +37,21 @@ func TestPluginFlags(t *testing.T) {
 		}
 	}
 }
+
+// --device is passed on as given, or as an absolute path when it is one,
+// beside the --plugin settings.
+func TestDeviceFlag(t *testing.T) {
+	abs, _ := filepath.Abs("lib/gorun-plugin-cuda")
+	for _, tc := range []struct{ device, want string }{{"", ""}, {"cuda", "cuda"}, {"lib/gorun-plugin-cuda", abs}} {
+		get := func(name string) string {
+			if name == "device" {
+				return tc.device
+			}
+			return ""
+		}
+		p, err := pluginSettings(get, func(string) []string { return nil })
+		if err != nil || p.Device != tc.want {
+			t.Errorf("--device %q: %+v, %v; want %q", tc.device, p, err, tc.want)
+		}
+	}
+}
