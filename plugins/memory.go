@@ -81,8 +81,7 @@ func (m *Memory) io(ctx context.Context, method string, p uint64, off int, b []b
 	if len(b) == 0 {
 		return nil
 	}
-	k := Collective{c: m.c}
-	ref, bounce, err := k.shared(b, in)
+	ref, bounce, err := m.c.sharedRef(b, in)
 	if err != nil {
 		return err
 	}

@@ -503,12 +503,7 @@ func (c *Client) share(r *transport.Region) error {
 	if err := c.lostErr(); err != nil {
 		return err
 	}
-	if err := wire.SendRegion(c.sock, wire.RegionMsg{ID: r.ID(), Size: uint64(r.Len()), Status: wire.RegionMap}, r.FD()); err != nil {
-		return fmt.Errorf("sharing region %d with plugin %s: %w", r.ID(), c.name, err)
-	}
-	c.sock.SetReadDeadline(time.Now().Add(20 * time.Second))
-	m, fds, err := wire.RecvRegion(c.sock)
-	c.sock.SetReadDeadline(time.Time{})
+	m, fds, err := c.regionCall(wire.RegionMsg{ID: r.ID(), Size: uint64(r.Len()), Status: wire.RegionMap}, r.FD())
 	for _, fd := range fds {
 		closeFD(fd)
 	}
@@ -522,6 +517,17 @@ func (c *Client) share(r *transport.Region) error {
 	return nil
 }
 
+// regionCall sends m (with fds) over the region socket and returns the
+// plugin's answer, waiting at most 20s for it; the caller holds sockMu.
+func (c *Client) regionCall(m wire.RegionMsg, fds ...int) (wire.RegionMsg, []int, error) {
+	if err := wire.SendRegion(c.sock, m, fds...); err != nil {
+		return wire.RegionMsg{}, nil, err
+	}
+	c.sock.SetReadDeadline(time.Now().Add(20 * time.Second))
+	defer c.sock.SetReadDeadline(time.Time{})
+	return wire.RecvRegion(c.sock)
+}
+
 // takeSockets fetches the sockets of a connection the plugin handed off.
 func (c *Client) takeSockets(r wire.ConnReply) ([]*os.File, error) {
 	c.sockMu.Lock()
@@ -532,12 +538,7 @@ func (c *Client) takeSockets(r wire.ConnReply) ([]*os.File, error) {
 	if r.Sockets > wire.MaxSockets {
 		return nil, fmt.Errorf("plugin %s handed off %d sockets (at most %d)", c.name, r.Sockets, wire.MaxSockets)
 	}
-	if err := wire.SendRegion(c.sock, wire.RegionMsg{ID: r.ID, Status: wire.RegionSockets}); err != nil {
-		return nil, fmt.Errorf("asking plugin %s for the sockets of connection %d: %w", c.name, r.ID, err)
-	}
-	c.sock.SetReadDeadline(time.Now().Add(20 * time.Second))
-	m, fds, err := wire.RecvRegion(c.sock)
-	c.sock.SetReadDeadline(time.Time{})
+	m, fds, err := c.regionCall(wire.RegionMsg{ID: r.ID, Status: wire.RegionSockets})
 	socks := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		socks[i] = os.NewFile(uintptr(fd), "handed-off socket")
@@ -651,7 +652,7 @@ func (k *Collective) Run(ctx context.Context, op Op, send, recv []byte) (bool, e
 	c := k.c
 	r := &hreq{Request: request.New(c), conn: k.conn, op: "collective"}
 	same := len(send) > 0 && len(recv) > 0 && &send[0] == &recv[0]
-	sref, sb, err := k.shared(send, true)
+	sref, sb, err := c.sharedRef(send, true)
 	if err != nil {
 		return false, err
 	}
@@ -659,7 +660,7 @@ func (k *Collective) Run(ctx context.Context, op Op, send, recv []byte) (bool, e
 	var rb *transport.Region
 	if same && sb != nil {
 		rref, rb = sref, nil
-	} else if rref, rb, err = k.shared(recv, false); err != nil {
+	} else if rref, rb, err = c.sharedRef(recv, false); err != nil {
 		if sb != nil {
 			c.bounces.put(sb)
 		}
@@ -696,19 +697,20 @@ func (k *Collective) Run(ctx context.Context, op Op, send, recv []byte) (bool, e
 	return err == nil, err
 }
 
-// shared returns a reference to b in memory the plugin maps: b's own
-// region, or a bounce buffer (with b copied in when in is set).
-func (k *Collective) shared(b []byte, in bool) (wire.Ref, *transport.Region, error) {
+// sharedRef returns a reference to b in memory the plugin maps: b's own
+// region, or a bounce buffer (with b copied in when in is set), which the
+// caller puts back.
+func (c *Client) sharedRef(b []byte, in bool) (wire.Ref, *transport.Region, error) {
 	if len(b) == 0 {
 		return wire.Ref{}, nil, nil
 	}
 	if reg, off, ok := transport.FindRegion(b); ok {
-		if err := k.c.share(reg); err != nil {
+		if err := c.share(reg); err != nil {
 			return wire.Ref{}, nil, err
 		}
 		return wire.Ref{Region: reg.ID(), Off: uint64(off), Len: uint64(len(b))}, nil, nil
 	}
-	bb, err := k.c.bounces.get(len(b))
+	bb, err := c.bounces.get(len(b))
 	if err != nil {
 		return wire.Ref{}, nil, err
 	}
