@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/testusers"
 )
 
 // Discover marks a refused plugin, which shadows a later one of the same
@@ -13,8 +15,8 @@ import (
 // refuses gorun-pmix next to gorun when it is unsafe.
 func TestDiscoverAndFindRefuse(t *testing.T) {
 	root := t.TempDir()
-	bad := dirWith(t, filepath.Join(root, "bad"), 0o777)
-	good := dirWith(t, filepath.Join(root, "good"), 0o755)
+	bad := testusers.Dir(t, filepath.Join(root, "bad"), 0o777)
+	good := testusers.Dir(t, filepath.Join(root, "good"), 0o755)
 	for _, d := range []string{bad, good} {
 		if err := os.WriteFile(filepath.Join(d, BinaryPrefix+"x"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)

@@ -31,25 +31,13 @@ func markerPlugin(t *testing.T, path, marker string, mode os.FileMode, uid, gid 
 	}
 }
 
-// dirWith makes directory p with mode (past the umask).
-func dirWith(t *testing.T, p string, mode os.FileMode) string {
-	t.Helper()
-	if err := os.MkdirAll(p, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 // A plugin that someone else could have written or could replace is never
 // run: not by Lookup's users (Open), not by Start, not by List (gorun
 // plugins list), which shows it with the reason instead.
 func TestUnsafePluginNotRun(t *testing.T) {
 	attacker := testusers.Create(t, "gplug")
 	root := t.TempDir()
-	marks := dirWith(t, filepath.Join(root, "marks"), os.ModeSticky|0o777)
+	marks := testusers.Dir(t, filepath.Join(root, "marks"), os.ModeSticky|0o777)
 	cases := []struct {
 		name   string
 		dir    string      // the plugin directory, made with dirMode
@@ -65,7 +53,7 @@ func TestUnsafePluginNotRun(t *testing.T) {
 	dirMode := map[string]os.FileMode{"drop": os.ModeSticky | 0o777, "team": 0o755, "mine": 0o755, "shared": os.ModeSticky | 0o777}
 	for _, tc := range cases {
 		t.Run(tc.dir, func(t *testing.T) {
-			dir := dirWith(t, filepath.Join(root, tc.dir), dirMode[tc.dir])
+			dir := testusers.Dir(t, filepath.Join(root, tc.dir), dirMode[tc.dir])
 			plugin := filepath.Join(dir, BinaryPrefix+"x")
 			marker := filepath.Join(marks, tc.dir)
 			uid, gid := os.Getuid(), os.Getgid()

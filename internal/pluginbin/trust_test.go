@@ -18,7 +18,7 @@ func TestCheckBinary(t *testing.T) {
 	root := t.TempDir() // under /tmp: a sticky directory on the way
 	mk := func(rel string, mode os.FileMode) string {
 		p := filepath.Join(root, rel)
-		dirWith(t, p, mode)
+		testusers.Dir(t, p, mode)
 		return p
 	}
 	file := func(rel string, mode os.FileMode) string {
@@ -118,16 +118,4 @@ func TestEnviron(t *testing.T) {
 	if strings.Join(got, " ") != "A=1 GORUN_JOB_SECRETX=2 B" {
 		t.Errorf("Environ = %q", got)
 	}
-}
-
-// dirWith makes directory p with mode (past the umask).
-func dirWith(t *testing.T, p string, mode os.FileMode) string {
-	t.Helper()
-	if err := os.MkdirAll(p, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(p, mode); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -119,3 +119,16 @@ func run(t testing.TB, name string, args ...string) {
 	}
 	t.Errorf("testusers: %s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 }
+
+// Dir makes directory p (and its parents) with mode, past the umask, for
+// the trees whose owners and modes a test checks, and returns p.
+func Dir(t testing.TB, p string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
