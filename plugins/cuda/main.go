@@ -42,9 +42,15 @@ type memory struct {
 	drv *cu.Driver
 	ctx *cu.Context
 
-	mu      sync.Mutex
-	owned   map[uint64]int  // allocations, by pointer: their sizes
-	imports map[uint64]bool // mappings of other ranks' allocations
+	mu   sync.Mutex
+	held map[uint64]block // what this rank allocated or imported, by pointer
+}
+
+// block is an allocation of this rank's (imported false: its size is
+// known) or a mapping of another rank's (whose bounds the driver checks).
+type block struct {
+	size     int
+	imported bool
 }
 
 func newMemory(cfg sdk.Config) (sdk.Memory, error) {
@@ -70,7 +76,7 @@ func newMemory(cfg sdk.Config) (sdk.Memory, error) {
 	if cfg.Logger != nil {
 		cfg.Logger.Debug("GPU chosen", "ordinal", ordinal, "name", devs[ordinal].Name, "pci", devs[ordinal].PCI)
 	}
-	return &memory{drv: drv, ctx: ctx, owned: map[uint64]int{}, imports: map[uint64]bool{}}, nil
+	return &memory{drv: drv, ctx: ctx, held: map[uint64]block{}}, nil
 }
 
 // pickDevice returns the "device" option, else the rank's local rank
@@ -122,39 +128,36 @@ func (m *memory) Alloc(bytes int) (uint64, error) {
 		return 0, err
 	}
 	m.mu.Lock()
-	m.owned[uint64(p)] = bytes
+	m.held[uint64(p)] = block{size: bytes}
 	m.mu.Unlock()
 	return uint64(p), nil
 }
 
 func (m *memory) Free(p uint64) error {
 	m.mu.Lock()
-	_, own := m.owned[p]
-	imported := m.imports[p]
-	delete(m.owned, p)
-	delete(m.imports, p)
+	b, ok := m.held[p]
+	delete(m.held, p)
 	m.mu.Unlock()
 	switch {
-	case own:
-		return m.ctx.Free(cu.Ptr(p))
-	case imported:
+	case !ok:
+		return fmt.Errorf("cuda: free of %#x, which is neither allocated nor imported here", p)
+	case b.imported:
 		return m.ctx.CloseIpc(cu.Ptr(p))
 	}
-	return fmt.Errorf("cuda: free of %#x, which is neither allocated nor imported here", p)
+	return m.ctx.Free(cu.Ptr(p))
 }
 
 // span checks that n bytes at p+off lie in an allocation of this rank's,
 // when p is one (imports are checked by the driver).
 func (m *memory) span(p uint64, off, n int) error {
 	m.mu.Lock()
-	size, own := m.owned[p]
-	imported := m.imports[p]
+	b, ok := m.held[p]
 	m.mu.Unlock()
 	switch {
-	case !own && !imported:
+	case !ok:
 		return fmt.Errorf("cuda: %#x is neither allocated nor imported here", p)
-	case off < 0 || n < 0 || (own && off+n > size):
-		return fmt.Errorf("cuda: %d bytes at offset %d of a %d-byte allocation", n, off, size)
+	case off < 0 || n < 0 || (!b.imported && off+n > b.size):
+		return fmt.Errorf("cuda: %d bytes at offset %d of a %d-byte allocation", n, off, b.size)
 	}
 	return nil
 }
@@ -175,9 +178,9 @@ func (m *memory) Read(dst []byte, p uint64, off int) error {
 
 func (m *memory) Export(p uint64) ([]byte, error) {
 	m.mu.Lock()
-	_, own := m.owned[p]
+	b, ok := m.held[p]
 	m.mu.Unlock()
-	if !own {
+	if !ok || b.imported {
 		return nil, fmt.Errorf("cuda: export of %#x, which this rank did not allocate", p)
 	}
 	h, err := m.ctx.IpcHandle(cu.Ptr(p))
@@ -198,7 +201,7 @@ func (m *memory) Import(handle []byte) (uint64, error) {
 		return 0, err
 	}
 	m.mu.Lock()
-	m.imports[uint64(p)] = true
+	m.held[uint64(p)] = block{imported: true}
 	m.mu.Unlock()
 	return uint64(p), nil
 }
@@ -231,12 +234,16 @@ func (m *memory) Reduce(op, dtype string, dst uint64, dstOff int, src uint64, sr
 func (m *memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for p := range m.imports {
-		m.ctx.CloseIpc(cu.Ptr(p))
+	for p, b := range m.held { // the mappings of others' memory first
+		if b.imported {
+			m.ctx.CloseIpc(cu.Ptr(p))
+		}
 	}
-	for p := range m.owned {
-		m.ctx.Free(cu.Ptr(p))
+	for p, b := range m.held {
+		if !b.imported {
+			m.ctx.Free(cu.Ptr(p))
+		}
 	}
-	m.owned, m.imports = map[uint64]int{}, map[uint64]bool{}
+	clear(m.held)
 	return m.ctx.Close()
 }
