@@ -18,13 +18,14 @@ var ErrNoDevice = errors.New("collectives: no device plugin (gorun --device cuda
 const maxExport = 4096
 
 // DeviceBuffer is memory on the rank's accelerator (its GPU), allocated
-// by the world's device plugin (gorun --device cuda): the rank fills and reads it through the
-// plugin (Write, Read), and the device collectives (AllReduceDevice)
-// move and reduce it on the devices. On one host the ranks' plugins map
-// each other's buffers (CUDA IPC: NVLink where the GPUs have peer access,
-// PCIe otherwise) and reduce on the GPUs; across hosts the data goes
-// through host memory and the communicator's transports (a --plugin's,
-// such as fabric's, where there is one).
+// by the world's device plugin (gorun --device cuda): the rank fills and
+// reads it through the plugin (Write, Read), and the device collectives
+// (AllReduceDevice and the others below) move and reduce it on the
+// devices. On one host the ranks' plugins map each other's buffers (CUDA
+// IPC: NVLink where the GPUs have peer access, PCIe otherwise) and reduce
+// on the GPUs; across hosts the data goes through host memory and the
+// communicator's transports (a --plugin's, such as fabric's, where there
+// is one).
 type DeviceBuffer struct {
 	c   *Communicator
 	m   *plugins.Memory
@@ -121,7 +122,7 @@ func AllReduceDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtyp
 			return err
 		}
 		if !ok {
-			return d.hostReduce(ctx, func(h []byte) error { return allReduceHost(ctx, c, h, dtype, op) })
+			return d.throughHost(ctx, func(h []byte) error { return allReduceHost(ctx, c, h, dtype, op) })
 		}
 		// This host's ranks reduce-scatter on their devices, each rank
 		// all-reduces its part with the same part of the other hosts
@@ -154,7 +155,7 @@ func ReduceScatterDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, 
 		return err
 	}
 	if d.staged {
-		return d.hostReduce(ctx, func(h []byte) error {
+		return d.throughHost(ctx, func(h []byte) error {
 			off, n := d.part(c.rank)
 			own := make([]byte, n*d.esz)
 			if err := reduceScatterHost(ctx, c, h, own, dtype, op); err != nil {
@@ -177,7 +178,7 @@ func AllGatherDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, dtyp
 		return err
 	}
 	if d.staged {
-		return d.hostReduce(ctx, func(h []byte) error {
+		return d.throughHost(ctx, func(h []byte) error {
 			off, n := d.part(c.rank)
 			own := append([]byte(nil), h[off:off+n*d.esz]...)
 			return AllGather(ctx, c, own, h)
@@ -196,7 +197,7 @@ func BroadcastDevice(ctx context.Context, c *Communicator, b *DeviceBuffer, root
 		return err
 	}
 	if d.staged {
-		return d.hostReduce(ctx, func(h []byte) error { return Broadcast(ctx, c, h, root) })
+		return d.throughHost(ctx, func(h []byte) error { return Broadcast(ctx, c, h, root) })
 	}
 	return d.phases(ctx, func(ctx context.Context) error {
 		if c.rank == root {
@@ -356,9 +357,9 @@ func (d *deviceOp) gatherOthers(ctx context.Context) error {
 	return nil
 }
 
-// hostReduce runs f on a host copy of the buffer and writes the result
+// throughHost runs f on a host copy of the buffer and writes the result
 // back.
-func (d *deviceOp) hostReduce(ctx context.Context, f func(host []byte) error) error {
+func (d *deviceOp) throughHost(ctx context.Context, f func(host []byte) error) error {
 	host := make([]byte, d.b.n)
 	if err := d.b.Read(ctx, 0, host); err != nil {
 		return err
