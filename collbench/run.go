@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/gorun/gorun/collectives"
 )
@@ -422,7 +421,7 @@ func (b *bench[T]) load(ctx context.Context) error {
 	if b.cfg.Collective == "allgather" {
 		off = b.r * b.per * collectives.DTypeOf[T]().Size()
 	}
-	return b.dev.Write(ctx, off, bytesOf(b.send))
+	return b.dev.Write(ctx, off, collectives.Bytes(b.send))
 }
 
 // unload reads the device buffer's result into the host buffer verify
@@ -431,20 +430,11 @@ func (b *bench[T]) load(ctx context.Context) error {
 func (b *bench[T]) unload(ctx context.Context) error {
 	switch b.cfg.Collective {
 	case "allgather":
-		return b.dev.Read(ctx, 0, bytesOf(b.recv))
+		return b.dev.Read(ctx, 0, collectives.Bytes(b.recv))
 	case "reducescatter":
-		return b.dev.Read(ctx, b.r*b.per*collectives.DTypeOf[T]().Size(), bytesOf(b.recv))
+		return b.dev.Read(ctx, b.r*b.per*collectives.DTypeOf[T]().Size(), collectives.Bytes(b.recv))
 	}
-	return b.dev.Read(ctx, 0, bytesOf(b.send))
-}
-
-// bytesOf views s as bytes.
-func bytesOf[T collectives.Element](s []T) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	var z T
-	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(z)))
+	return b.dev.Read(ctx, 0, collectives.Bytes(b.send))
 }
 
 // once runs the collective one time.

@@ -186,6 +186,10 @@ func (o Op) String() string {
 
 func (o Op) valid() bool { return o >= Sum && o <= Avg }
 
+// Bytes views s as bytes, without copying: what DeviceBuffer.Write and
+// Read take for a slice of elements.
+func Bytes[T Element](s []T) []byte { return asBytes(s) }
+
 // asBytes views s as bytes, without copying.
 func asBytes[T Element](s []T) []byte {
 	if len(s) == 0 {
