@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/filetrust"
 	"github.com/gorun/gorun/internal/pluginbin"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/plugins/pmixbridge"
@@ -108,7 +109,7 @@ const PMIxPluginEnv = "GORUN_PMIX_PLUGIN"
 // findPMIxPlugin finds gorun-pmix: $GORUN_PMIX_PLUGIN, else next to the
 // running gorun (where `make build` puts it, and where staging copies it),
 // else in PATH. The file found must pass pluginbin.CheckBinary (an error
-// that wraps pluginbin.ErrUnsafe); pmixbridge.Start checks it again.
+// that wraps filetrust.ErrUnsafe); pmixbridge.Start checks it again.
 func findPMIxPlugin() (string, error) {
 	if p := os.Getenv(PMIxPluginEnv); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -162,7 +163,7 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 		_ = why
 	}
 	plug, err := findPMIxPlugin()
-	if errors.Is(err, pluginbin.ErrUnsafe) {
+	if errors.Is(err, filetrust.ErrUnsafe) {
 		return nil, fmt.Errorf("the program needs a PMIx server (Open MPI or mpi4py): %w; gorun runs only a %s that nobody but you and root can change", err, pmixbridge.Binary)
 	}
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 
+	"github.com/gorun/gorun/internal/filetrust"
 	"github.com/gorun/gorun/internal/pluginbin"
 )
 
@@ -197,10 +198,10 @@ var SecretEnv = pluginbin.SecretEnv
 
 // ErrUnsafe is wrapped by the errors of a plugin binary that gorun refuses
 // to run (see [pluginbin.CheckBinary]).
-var ErrUnsafe = pluginbin.ErrUnsafe
+var ErrUnsafe = filetrust.ErrUnsafe
 
 // UnsafeError says why gorun refuses to run a plugin binary.
-type UnsafeError = pluginbin.UnsafeError
+type UnsafeError = filetrust.UnsafeError
 
 // CheckBinary returns an *UnsafeError when a user other than this
 // process's user or root could have written the binary at path or could

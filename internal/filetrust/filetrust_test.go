@@ -1,4 +1,4 @@
-package pluginbin
+package filetrust
 
 import (
 	"errors"
@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/internal/testusers"
 )
 
-// CheckBinary's rules, one path shape at a time: what it accepts, and for
+// Check's rules, one path shape at a time: what it accepts, and for
 // what it refuses, the path it names and why.
-func TestCheckBinary(t *testing.T) {
+func TestCheck(t *testing.T) {
 	other := testusers.Create(t, "gcheck")
 	root := t.TempDir() // under /tmp: a sticky directory on the way
 	mk := func(rel string, mode os.FileMode) string {
@@ -84,7 +83,7 @@ func TestCheckBinary(t *testing.T) {
 	t.Chdir(root) // for the relative path
 	for _, tc := range cases {
 		p := tc.path
-		err := CheckBinary(p)
+		err := Check(p, Plugin)
 		if tc.at == "" {
 			if err != nil {
 				t.Errorf("%s: %v", tc.path, err)
@@ -100,22 +99,37 @@ func TestCheckBinary(t *testing.T) {
 			t.Errorf("%s: %+v, want %s %s", tc.path, ue, tc.at, tc.reason)
 		}
 	}
-	if err := CheckBinary(filepath.Join(root, "ok", "missing")); !errors.Is(err, os.ErrNotExist) {
+	if err := Check(filepath.Join(root, "ok", "missing"), Plugin); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing file: %v", err)
 	}
 }
 
-// SecretEnv covers the secret that package env puts in a rank's
-// environment, and Environ removes exactly those variables.
-func TestEnviron(t *testing.T) {
-	const secret = "0123456789abcdef01234567"
-	for _, kv := range Environ(env.Vars(env.Rank{JobID: "j", Secret: secret, AgentSocket: "/run/sock"})) {
-		if strings.Contains(kv, secret) {
-			t.Errorf("a rank's %s is passed on", kv)
+// A configuration file is held to the same rules, and its errors say what
+// it is: a gorun.toml in a sticky directory such as /tmp, even one of
+// this user's own, is refused, since another user could have put it there
+// first; one that its group can write is refused too.
+func TestCheckConfig(t *testing.T) {
+	root := t.TempDir()
+	sticky := testusers.Dir(t, filepath.Join(root, "scratch"), os.ModeSticky|0o777)
+	inSticky := filepath.Join(sticky, "gorun.toml")
+	mine := testusers.Dir(t, filepath.Join(root, "proj"), 0o755)
+	groupW := filepath.Join(mine, "gorun.toml")
+	for _, p := range []string{inSticky, groupW} {
+		if err := os.WriteFile(p, []byte("np = 2\n"), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	got := Environ([]string{"A=1", "GORUN_JOB_SECRET=s", "GORUN_AGENT_KEY=k", "SSH_AUTH_SOCK=/x", "GORUN_JOB_SECRETX=2", "B"})
-	if strings.Join(got, " ") != "A=1 GORUN_JOB_SECRETX=2 B" {
-		t.Errorf("Environ = %q", got)
+	os.Chmod(groupW, 0o664)
+	for _, tc := range []struct{ path, want string }{
+		{inSticky, "refusing to read " + inSticky + ": " + sticky + " is writable by others (mode 1777): its sticky bit keeps others from replacing your files there, but not from adding configuration files of their own; keep configuration files in a directory that only you (or root) can write"},
+		{groupW, "refusing to read " + groupW + ": " + groupW + " is writable by its group (mode 0664); chmod go-w it"},
+	} {
+		if err := Check(tc.path, Config); !errors.Is(err, ErrUnsafe) || err.Error() != tc.want {
+			t.Errorf("Check(%s, Config) = %v\nwant %s", tc.path, err, tc.want)
+		}
+	}
+	os.Chmod(groupW, 0o644)
+	if err := Check(groupW, Config); err != nil {
+		t.Errorf("Check(%s, Config) with mode 0644: %v", groupW, err)
 	}
 }
