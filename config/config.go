@@ -147,6 +147,8 @@ type Setting struct {
 type Config struct {
 	settings []Setting
 	index    map[string]int
+	looked   []string // the files Load was given
+	read     []string // those it read: the ones that were there
 }
 
 // DefaultFiles returns the configuration files read by default, lowest
@@ -212,6 +214,7 @@ func Load(schema Schema, files []string, environ []string, flags map[string][]st
 	}
 
 	var errs []error
+	c.looked = slices.Clone(files)
 	for _, f := range files {
 		errs = append(errs, c.loadFile(schema, f)...)
 	}
@@ -232,6 +235,7 @@ func (c *Config) loadFile(schema Schema, path string) []error {
 		}
 		return []error{fmt.Errorf("%s: %w", path, err)}
 	}
+	c.read = append(c.read, path)
 	vals, lines, err := parseFile(path, string(data))
 	if err != nil {
 		return []error{err}
@@ -539,8 +543,14 @@ func (s Setting) clone() Setting {
 	return s
 }
 
-// Format writes every setting, in schema order, as a line of TOML with its
-// source as a trailing comment, e.g.
+// Files returns the configuration files that Load read, lowest precedence
+// first: those of its files that were there.
+func (c *Config) Files() []string { return slices.Clone(c.read) }
+
+// Format writes the files read, each as a comment line ("# read
+// ~/.config/gorun/config.toml"; "# no configuration file" and the files
+// looked for when none was there), then every setting, in schema order, as
+// a line of TOML with its source as a trailing comment, e.g.
 //
 //	grace-period = "5s"  # ~/.config/gorun/config.toml:3
 //
@@ -550,6 +560,16 @@ func (s Setting) clone() Setting {
 // replaced by U+FFFD).
 func (c *Config) Format(w io.Writer) error {
 	var b strings.Builder
+	for _, f := range c.read {
+		b.WriteString("# read " + comment(abbrevHome(f)) + "\n")
+	}
+	if len(c.read) == 0 && len(c.looked) > 0 {
+		looked := make([]string, len(c.looked))
+		for i, f := range c.looked {
+			looked[i] = abbrevHome(f)
+		}
+		b.WriteString("# no configuration file (looked for " + comment(strings.Join(looked, ", ")) + ")\n")
+	}
 	for _, s := range c.settings {
 		b.WriteString(tomlKey(s.Key.Name))
 		b.WriteString(" = ")
@@ -569,16 +589,22 @@ func (c *Config) Format(w io.Writer) error {
 			b.WriteString(tomlString(s.Values[0]))
 		}
 		b.WriteString("  # ")
-		b.WriteString(strings.Map(func(r rune) rune {
-			if r < 0x20 || r == 0x7f {
-				return '?'
-			}
-			return r
-		}, strings.ToValidUTF8(s.Source.String(), "?")))
+		b.WriteString(comment(s.Source.String()))
 		b.WriteByte('\n')
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// comment makes s safe in a TOML comment: control characters and invalid
+// UTF-8 become '?'.
+func comment(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }
 
 // tomlKey returns name as a bare TOML key when possible, else quoted.

@@ -325,7 +325,9 @@ func TestFormat(t *testing.T) {
 	if err := c.Format(&b); err != nil {
 		t.Fatal(err)
 	}
-	want := `np = 8  # testdata/user.toml:3
+	want := `# read testdata/system.toml
+# read testdata/user.toml
+np = 8  # testdata/user.toml:3
 tag-output = true  # testdata/system.toml:4
 grace-period = "3s"  # testdata/user.toml:4
 timeout = "1m30s"  # flag --timeout
@@ -337,6 +339,37 @@ x = ["A", "\"q\"\\"]  # env GORUN_X
 		t.Errorf("Format:\n%s\nwant:\n%s", b.String(), want)
 	}
 	assertRoundTrip(t, c)
+	if got, want := c.Files(), []string{td("system.toml"), td("user.toml")}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Files() = %q, want %q", got, want)
+	}
+}
+
+// Files and Format name only the files that were there; with none, Format
+// says where it looked.
+func TestFilesRead(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "gorun.toml")
+	c, err := Load(testSchema, []string{missing, td("user.toml")}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Files(); !reflect.DeepEqual(got, []string{td("user.toml")}) {
+		t.Errorf("Files() = %q, want only %s", got, td("user.toml"))
+	}
+	c, err = Load(testSchema, []string{missing}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := c.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := strings.Cut(b.String(), "\n"); first != "# no configuration file (looked for "+missing+")" {
+		t.Errorf("Format's first line with no file: %q", first)
+	}
+	if len(c.Files()) != 0 {
+		t.Errorf("Files() = %q, want none", c.Files())
+	}
 }
 
 // assertRoundTrip checks that Format's output loads back to the same values.

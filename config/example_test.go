@@ -30,6 +30,7 @@ func Example() {
 	}
 	// Output:
 	// 30s from testdata/example.toml:3
+	// # read testdata/example.toml
 	// np = 8  # flag --np
 	// tag-output = false  # default
 	// grace-period = "30s"  # testdata/example.toml:3

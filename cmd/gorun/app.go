@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/config"
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/internal/filetrust"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/rendezvous"
@@ -214,12 +217,42 @@ func run(args []string) (int, error) {
 
 // loadConfig merges files, environment and the command line. c may be a
 // subcommand's context: flag look-ups walk up to the main command's flags.
+// A configuration file that another user could have written is refused
+// (checkConfigFiles) before any is read.
 func loadConfig(c *cli.Context) (*config.Config, error) {
-	cfg, err := config.Load(schema(), config.DefaultFiles(), os.Environ(), setOnCommandLine(c))
+	files := config.DefaultFiles()
+	if err := checkConfigFiles(files); err != nil {
+		return nil, errExit{code: launcher.ExitUsage, err: err}
+	}
+	cfg, err := config.Load(schema(), files, os.Environ(), setOnCommandLine(c))
 	if err != nil {
 		return nil, errExit{code: launcher.ExitUsage, err: err}
 	}
 	return cfg, nil
+}
+
+// checkConfigFiles refuses the first of files that a user other than this
+// one or root could have written or could replace (filetrust.Config: the
+// file and every directory above it are this user's or root's, and
+// writable by no one else), as git refuses a repository another user owns:
+// a ./gorun.toml left in a shared directory would otherwise choose what
+// every rank runs (-x LD_PRELOAD=...) and where gorun writes. A file that
+// is not there is not an error.
+func checkConfigFiles(files []string) error {
+	for _, f := range files {
+		abs, err := filepath.Abs(f) // so that the error says where
+		if err != nil {
+			return fmt.Errorf("configuration file %s: %w", f, err)
+		}
+		switch err := filetrust.Check(abs, filetrust.Config); {
+		case err == nil, errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		case !filepath.IsAbs(f):
+			return fmt.Errorf("%w; or run gorun from another directory", err)
+		default:
+			return err
+		}
+	}
+	return nil
 }
 
 // runCheck runs `gorun check` on the job's hosts.
