@@ -21,7 +21,7 @@ type Rank struct {
 	NodeCount      int    // number of hosts that run ranks
 	Host           string // the host's name as the plan knows it
 	MasterAddr     string // address of rank 0's host, reachable by every rank
-	MasterPort     int    // a free port on rank 0's host chosen by gorun (rank 0's own behind the agent's gate for rank 0)
+	MasterPort     int    // a free port on rank 0's host chosen by gorun, the same for every rank
 	RestartCount   int    // how many times the job was restarted before this start
 	MaxRestarts    int    // --max-restarts
 	AgentSocket    string // path of the agent's local socket; "" when it has none

@@ -92,9 +92,10 @@ type agent struct {
 
 	probe checkListener // gorun check's probe listener
 
-	// gate holds MASTER_PORT from the hello on, where rank 0 runs
-	// (mastergate.go); nil elsewhere, and where no port could be had.
-	gate *masterGate
+	// masterPort is the port this agent offered for MASTER_PORT at its
+	// hello, held until its ranks start (masterport.go); nil where none
+	// could be had.
+	masterPort *heldPort
 
 	stacksDir string // where the ranks' Python hook writes its dumps; "" = none
 	cpuMu     sync.Mutex
@@ -153,7 +154,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		parent: os.Getppid(),
 	}
 	defer a.quitOnce.Do(func() { close(a.quit) })
-	defer func() { a.gate.close() }() // the master gate, once hello opened it
+	defer func() { a.masterPort.release() }() // once hello took it
 	r := control.NewReader(o.In)
 	headHello, err := a.hello(r)
 	if err != nil {
@@ -210,10 +211,10 @@ func (a *agent) hello(r *control.Reader) (control.Hello, error) {
 	host, _ := os.Hostname()
 	sshConn := os.Getenv("SSH_CONNECTION")
 	// Every agent holds a port: the head takes the first host's for
-	// MASTER_PORT, and the others let theirs go at the launch.
+	// MASTER_PORT, and each lets its own go as its ranks start.
 	port := 0
-	if a.gate = openMasterGate(); a.gate != nil {
-		port = a.gate.port
+	if a.masterPort = holdFreePort(); a.masterPort != nil {
+		port = a.masterPort.port
 	}
 	headHello, err := control.Handshake(a.w, r, control.Hello{
 		Version: a.o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: port, NUMA: numaNodes(),

@@ -5,16 +5,12 @@
 package launcher
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"github.com/gorun/gorun/stacks"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +48,6 @@ type launchPlan struct {
 	pmixEnv          map[int][]string // by rank, when the program needs PMIx
 	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
 	stacksDir        string           // where the ranks' Python hook writes its dumps; "" = no hook
-	rank0Port        int              // rank 0's MASTER_PORT behind the gate (mastergate.go); 0 = l.MasterPort
 }
 
 // newLaunchPlan computes the ranks' bindings for l.
@@ -70,34 +65,6 @@ func (p *launchPlan) binding(i int) *topology.RankBinding {
 	return nil
 }
 
-// rank0PortOf is rank's MASTER_PORT when it is rank 0 behind the gate,
-// else 0.
-func (p *launchPlan) rank0PortOf(rank int) int {
-	if rank == 0 {
-		return p.rank0Port
-	}
-	return 0
-}
-
-// aimGate gives rank 0, where it runs here, a port of its own behind the
-// gate that holds MASTER_PORT, and closes the gate of a host without rank
-// 0. A MASTER_PORT of the user's (-x) leaves the gate out.
-func (a *agent) aimGate(p *launchPlan) {
-	if a.gate == nil {
-		return
-	}
-	l := p.l
-	here := slices.ContainsFunc(l.Ranks, func(s control.RankSpec) bool { return s.Rank == 0 })
-	users := env.UserMasterPort(l.Exports)
-	if !here || users || l.MasterPort != a.gate.port {
-		a.gate.close() // the field stays: RunAgent's end closes it again
-		return
-	}
-	if p.rank0Port = freePort(); p.rank0Port != 0 {
-		a.gate.aim(net.JoinHostPort(l.MasterAddr, strconv.Itoa(p.rank0Port)))
-	}
-}
-
 // rank is what rank i's environment is computed from (by index in l.Ranks).
 func (p *launchPlan) rank(i int) env.Rank {
 	l, s := p.l, p.l.Ranks[i]
@@ -109,7 +76,7 @@ func (p *launchPlan) rank(i int) env.Rank {
 		JobID: l.JobID, RunID: l.RunID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
-		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: cmp.Or(p.rank0PortOf(s.Rank), l.MasterPort),
+		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
 		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
 		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
 		StacksDir: p.stacksDir, StacksSignal: stacks.DumpSignal,
@@ -130,7 +97,6 @@ func (p *launchPlan) defaultThreads(i int) bool {
 // launch starts a generation of ranks, or answers a print-env request.
 func (a *agent) launch(l control.Launch) {
 	p := newLaunchPlan(l)
-	a.aimGate(p)
 	if l.PrintEnv > 0 {
 		a.printEnv(p)
 		return
@@ -153,6 +119,7 @@ func (a *agent) launch(l control.Launch) {
 		if !a.simulated() {
 			growForLaunch(len(l.Ranks))
 		}
+		a.masterPort.release() // for rank 0's program to bind, where it runs here
 		procs, errs := a.forkAll(p)
 		a.register(p, procs, errs, ooms)
 	}
