@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -79,15 +78,7 @@ func TestMasterPortNoGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := 0
-	for _, pid := range childPIDs(cmd.Process.Pid) {
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(b, []byte(cmd.Path+"\x00agent\x00")) {
-			agent = pid
-		}
-	}
-	if agent == 0 {
-		t.Fatalf("no agent below gorun %d", cmd.Process.Pid)
-	}
+	agent := localAgent(t, cmd)
 	// The agent listens on no TCP port at all (a one-host job).
 	listening, _ := netSockets(t)
 	for _, in := range socketsOf(agent) {

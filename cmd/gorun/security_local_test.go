@@ -94,6 +94,19 @@ func (j *job) wait(goFile string) error {
 	return nil
 }
 
+// localAgent is the pid of the agent that gorun (cmd, running) started on
+// this host.
+func localAgent(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	for _, pid := range childPIDs(cmd.Process.Pid) {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(b, []byte(cmd.Path+"\x00agent\x00")) {
+			return pid
+		}
+	}
+	t.Fatalf("no agent below gorun %d", cmd.Process.Pid)
+	return 0
+}
+
 // proc is a process seen in /proc.
 type proc struct {
 	pid              int
@@ -304,15 +317,7 @@ while [ ! -e "$0/go" ]; do sleep 0.05; done`
 			t.Fatalf("rank %d said %q", r, b)
 		}
 	}
-	agent := 0
-	for _, pid := range childPIDs(cmd.Process.Pid) {
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); bytes.HasPrefix(b, []byte(cmd.Path+"\x00agent\x00")) {
-			agent = pid
-		}
-	}
-	if agent == 0 {
-		t.Fatalf("no agent below gorun %d", cmd.Process.Pid)
-	}
+	agent := localAgent(t, cmd)
 	listening, unixSocks := netSockets(t)
 	var agentListens []string
 	for _, in := range socketsOf(agent) {
