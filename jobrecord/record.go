@@ -6,8 +6,9 @@
 // hang verdict when there was one. gorun show prints it.
 //
 // The package holds the record's types, what a host reports about itself
-// ([Gather], run by each agent), the redaction of secrets ([Redact]) and
-// the difference of two environments ([Diff]), and the record's file
+// ([Gather], run by each agent), the redaction of secrets from
+// environments ([Redact]) and from command lines ([RedactArgs]), the
+// difference of two environments ([Diff]), and the record's file
 // ([Record.Write], [Read]) and text ([Record.Format]). The head fills the
 // record; jobrecord starts, watches and asks nothing.
 package jobrecord
@@ -78,7 +79,8 @@ type Record struct {
 	// when gorun judged the job hung; kept raw so that this package need
 	// not know the stacks package.
 	Hang json.RawMessage `json:"hang,omitempty"`
-	// Summary is the --summary-json record, when the head adds it.
+	// Summary is the --summary-json record, when the head adds it; its
+	// "argv" is redacted as Argv is.
 	Summary json.RawMessage `json:"summary,omitempty"`
 }
 
@@ -169,7 +171,9 @@ func (r *Record) DiffEnv() {
 
 // Write writes the record into dir: record.json (mode 0600), with Version
 // set to FormatVersion where it is 0, and record.txt (mode 0600), what
-// [Record.Format] prints verbosely. It creates dir (mode
+// [Record.Format] prints verbosely. Both hold the command lines (Argv,
+// and the argv of Summary) redacted by [RedactArgs], whatever r holds; r
+// itself is not changed. It creates dir (mode
 // 0700) if it does not exist, and replaces each file whole (a temporary
 // file renamed over it), so that a reader never sees half a record.
 func (r *Record) Write(dir string) error {
@@ -177,6 +181,7 @@ func (r *Record) Write(dir string) error {
 	if c.Version == 0 {
 		c.Version = FormatVersion
 	}
+	c.redact()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("job record: %w", err)
 	}
@@ -202,8 +207,10 @@ func writeFile(path string, b []byte) error {
 }
 
 // Read reads the record that [Record.Write] wrote into dir; dir may also
-// name the record.json file itself. Its errors name the file, and for
-// JSON that does not parse, the line and column.
+// name the record.json file itself. Its command lines come back redacted
+// as Write redacts them, even from a record that an older gorun wrote
+// with them in clear. Its errors name the file, and for JSON that does
+// not parse, the line and column.
 func Read(dir string) (*Record, error) {
 	path := dir
 	if fi, err := os.Stat(dir); err != nil || fi.IsDir() {
@@ -226,6 +233,7 @@ func Read(dir string) (*Record, error) {
 	case r.Version > FormatVersion:
 		return nil, fmt.Errorf("job record %s: format %d, newer than this gorun reads (%d): read it with a newer gorun", path, r.Version, FormatVersion)
 	}
+	r.redact()
 	return &r, nil
 }
 

@@ -14,10 +14,12 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 
 // TestFormat prints the records under testdata and compares what Format
 // prints, with and without verbose, with the golden files beside them
-// (NAME.txt and NAME-v.txt); go test -update rewrites those.
+// (NAME.txt and NAME-v.txt); go test -update rewrites those. secrets.json
+// is a record that an older gorun wrote with its command line in clear:
+// it prints redacted.
 func TestFormat(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"failed", "hang"} {
+	for _, name := range []string{"failed", "hang", "secrets"} {
 		r, err := Read(filepath.Join("testdata", name+".json"))
 		if err != nil {
 			t.Fatal(err)

@@ -58,17 +58,25 @@ var loginName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile
 func Redact(env []string) []string {
 	out := make([]string, len(env))
 	for i, kv := range env {
-		name, val, ok := strings.Cut(kv, "=")
-		switch {
-		case !ok || val == "":
+		if name, val, ok := strings.Cut(kv, "="); ok {
+			out[i] = name + "=" + redactVar(name, val)
+		} else {
 			out[i] = kv
-		case secretName(name) || tokenValue(val):
-			out[i] = name + "=" + Redacted
-		default:
-			out[i] = name + "=" + redactURLs(val)
 		}
 	}
 	return out
+}
+
+// redactVar returns the value val of a variable called name as [Redact]
+// leaves it.
+func redactVar(name, val string) string {
+	switch {
+	case val == "":
+		return val
+	case secretName(name) || tokenValue(val):
+		return Redacted
+	}
+	return redactURLs(val)
 }
 
 // secretName reports whether a variable of this name holds a secret.

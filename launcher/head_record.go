@@ -46,7 +46,9 @@ func (h *head) askHosts(ctx context.Context) {
 }
 
 // writeRecord writes the job record (--record) of a job that ended with
-// summary s.
+// summary s. The record keeps gorun's command line and the summary's
+// argv; Record.Write redacts both (jobrecord.RedactArgs), whichever
+// path s came by.
 func (h *head) writeRecord(ctx context.Context, s Summary) {
 	if h.infoDone != nil {
 		select {

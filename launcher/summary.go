@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/procfs"
+	"github.com/gorun/gorun/jobrecord"
 	"github.com/gorun/gorun/launcher/control"
 )
 
@@ -107,7 +108,9 @@ func (h *head) trace() {
 
 // Summary is the record --summary-json writes.
 type Summary struct {
-	JobID        string      `json:"job_id"`
+	JobID string `json:"job_id"`
+	// Argv is the program and its arguments, their secrets redacted
+	// (see jobrecord.RedactArgs): the summary is shared as the record is.
 	Argv         []string    `json:"argv"`
 	NP           int         `json:"np"`
 	Hosts        []string    `json:"hosts"`
@@ -168,7 +171,7 @@ func (h *head) summarize(res result) int {
 // figures of the head's and agents' memory, and what gorun prints about
 // it (nothing for a success).
 func (h *head) summary(res result) (Summary, string) {
-	s := Summary{JobID: h.jobID, Argv: h.o.Argv, NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang, Membership: h.o.Membership}
+	s := Summary{JobID: h.jobID, Argv: jobrecord.RedactArgs(h.o.Argv), NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang, Membership: h.o.Membership}
 	if len(h.finalProg) > 0 {
 		if rep := rendezvous.Stragglers(h.finalProg); rep.Calls > 0 {
 			s.Stragglers = &rep
