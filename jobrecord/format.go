@@ -92,6 +92,9 @@ func (p *printer) header(r *Record) {
 	if len(r.Argv) > 0 {
 		rows = append(rows, "command\t"+shellJoin(r.Argv))
 	}
+	if len(r.ConfigFiles) > 0 {
+		rows = append(rows, "config\t"+strings.Join(r.ConfigFiles, ", "))
+	}
 	if !r.Start.IsZero() {
 		rows = append(rows, "started\t"+r.Start.Format("2006-01-02 15:04:05.000 -0700"))
 		if !r.End.IsZero() {

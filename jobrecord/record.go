@@ -41,8 +41,13 @@ type Record struct {
 	Version int `json:"format"`
 	// JobID is the job's id, as gorun's messages name it.
 	JobID string `json:"job_id"`
-	// Argv is gorun's own command line (os.Args), the program's included.
+	// Argv is gorun's own command line (os.Args), the program's included,
+	// with its secrets redacted (see [RedactArgs]) when written and read.
 	Argv []string `json:"argv"`
+	// ConfigFiles are the configuration files that gorun read for the
+	// job's settings (gorun config lists them too), lowest precedence
+	// first.
+	ConfigFiles []string `json:"config_files,omitempty"`
 	// Start and End bound the job, from gorun's start to its end.
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`

@@ -65,8 +65,9 @@ type Options struct {
 	Grace         time.Duration
 	Timeout       time.Duration // 0 = none
 	MaxRestarts   int
-	SummaryJSON   string // --summary-json file
-	RecordDir     string // --record: the directory the job's record (package jobrecord) is written into; "" = none
+	SummaryJSON   string   // --summary-json file
+	RecordDir     string   // --record: the directory the job's record (package jobrecord) is written into; "" = none
+	ConfigFiles   []string // the configuration files that gave settings, for the record
 	// HangTimeout reports a job in which no rank made progress for this
 	// long (--hang-timeout); 0 = never. OnHang says what follows:
 	// OnHangStop ("" too) or OnHangReport.

@@ -59,7 +59,8 @@ func (h *head) writeRecord(ctx context.Context, s Summary) {
 	host, _ := os.Hostname()
 	head := jobrecord.Gather(ctx, h.o.Version)
 	r := &jobrecord.Record{JobID: h.jobID, Argv: os.Args, Start: h.start, End: time.Now(), GorunVersion: h.o.Version,
-		HeadHost: host, Head: &head, Reason: s.Reason, Message: s.Message, ExitCode: s.ExitCode}
+		HeadHost: host, Head: &head, Reason: s.Reason, Message: s.Message, ExitCode: s.ExitCode,
+		ConfigFiles: h.o.ConfigFiles}
 	var plan strings.Builder
 	h.plan.Format(&plan)
 	r.Plan.Text = strings.Split(strings.TrimRight(plan.String(), "\n"), "\n")

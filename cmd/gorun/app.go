@@ -255,6 +255,19 @@ func checkConfigFiles(files []string) error {
 	return nil
 }
 
+// absPaths returns paths made absolute where they can be: the record
+// names ./gorun.toml by where it was.
+func absPaths(paths []string) []string {
+	out := make([]string, len(paths))
+	for i, p := range paths {
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		out[i] = p
+	}
+	return out
+}
+
 // runCheck runs `gorun check` on the job's hosts.
 func runCheck(c *cli.Context, stdout io.Writer) error {
 	cfg, err := loadConfig(c)
@@ -450,7 +463,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		MergeOutput: flag("merge-output"), MergeWindow: dur("merge-window"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
-		SummaryJSON: get("summary-json"), RecordDir: get("record"), HangTimeout: dur("hang-timeout"), OnHang: get("on-hang"), JobsDir: get("jobs-dir"),
+		SummaryJSON: get("summary-json"), RecordDir: get("record"), ConfigFiles: absPaths(cfg.Files()), HangTimeout: dur("hang-timeout"), OnHang: get("on-hang"), JobsDir: get("jobs-dir"),
 		Stdout: stdout, Stderr: stderr, Version: version, Trace: flag("trace"), Started: mainStart,
 		Iface: get("iface"), Plugin: plugin, Fanout: fanout, BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),

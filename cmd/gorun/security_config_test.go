@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -79,8 +80,16 @@ func TestConfigFileOfAnotherUser(t *testing.T) {
 	if out, code := gorun(own, "config"); code != 0 || !strings.HasPrefix(out, "# read gorun.toml\n") || !strings.Contains(out, "np = 2  # gorun.toml:1") {
 		t.Errorf("gorun config with the victim's own gorun.toml: exit %d\n%s", code, out)
 	}
-	if out, code := gorun(own, "sh", "-c", `echo "rank $GORUN_RANK MINE=$MINE"`); code != 0 || !strings.Contains(out, "rank 1 MINE=1") {
+	rec := filepath.Join(own, "rec")
+	if out, code := gorun(own, "--record", rec, "sh", "-c", `echo "rank $GORUN_RANK MINE=$MINE"`); code != 0 || !strings.Contains(out, "rank 1 MINE=1") {
 		t.Errorf("a job with the victim's own gorun.toml: exit %d\n%s", code, out)
+	}
+	// Its record names the file.
+	if b, err := os.ReadFile(filepath.Join(rec, "record.json")); err != nil || !strings.Contains(string(b), `"config_files": [`) || !strings.Contains(string(b), `"`+mine+`"`) {
+		t.Errorf("the record does not name %s: %v\n%s", mine, err, b)
+	}
+	if b, err := os.ReadFile(filepath.Join(rec, "record.txt")); err != nil || !regexp.MustCompile(`(?m)^config +`+regexp.QuoteMeta(mine)+`$`).Match(b) {
+		t.Errorf("record.txt does not name %s: %v\n%s", mine, err, b)
 	}
 	// Made writable by its group, it is refused.
 	if err := os.Chmod(mine, 0o664); err != nil {
