@@ -16,12 +16,14 @@ import (
 	"github.com/gorun/gorun/internal/atomicfile"
 	"github.com/gorun/gorun/internal/selfcert"
 	"io"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -41,8 +43,34 @@ const (
 // handshakeTimeout bounds a client's TLS handshake and request.
 const handshakeTimeout = 5 * time.Second
 
-// maxConns bounds the requests a head serves at once.
-const maxConns = 16
+// The job socket's bounds. A connection is pending until it has presented
+// the job's key (its TLS handshake and request line); it is then a
+// request, which a head serves maxConns at a time.
+const (
+	// maxConns bounds the requests a head serves at once.
+	maxConns = 16
+	// maxPending bounds the pending connections. A new one past it
+	// takes the place of one that has sent nothing (a silent one, which
+	// a client never is), else of one pending for pendingGrace, else
+	// it is closed.
+	maxPending = 64
+	// maxPendingFrom bounds the pending connections from one address of
+	// another host (or of this one, where the kernel cannot say whose
+	// they are): past it, a new one takes the place of one of that
+	// address's, as above, or is closed.
+	maxPendingFrom = 16
+	// pendingGrace is how long a pending connection that has sent
+	// something keeps its place when the pending are full: a client
+	// presents its key within milliseconds of connecting.
+	pendingGrace = time.Second
+	// requestTimeout bounds the handler of one request.
+	requestTimeout = time.Minute
+)
+
+// callRetry bounds how long Call tries again a job socket that closes on
+// it before answering (its pending connections are full, someone is
+// flooding it) or says that it serves maxConns requests already.
+const callRetry = 10 * time.Second
 
 // Info is what a job file says about a running job.
 type Info struct {
@@ -77,7 +105,14 @@ type Request struct {
 type answer struct {
 	Data  json.RawMessage `json:"data,omitempty"`
 	Error string          `json:"error,omitempty"`
+	// Busy says that the head serves maxConns requests already: the
+	// client may ask again.
+	Busy bool `json:"busy,omitempty"`
 }
+
+// errBusy is a head's answer when it serves maxConns requests already;
+// Call asks again.
+var errBusy = fmt.Errorf("the job's head serves %d requests already", maxConns)
 
 // Handler answers a request; what it returns is marshalled as JSON.
 type Handler func(ctx context.Context, r Request) (any, error)
@@ -118,6 +153,15 @@ func privateDir(dir string) error {
 }
 
 // Server is a published job's socket.
+//
+// It answers only a client that presents the job's key, maxConns at a
+// time, and bounds the connections that have not presented it yet (see
+// maxPending): a client of this host that runs as another user (who can
+// never read the key) is closed at once, where the kernel says whose a
+// connection is (sock_diag, on Linux); one that has sent nothing yet
+// gives its place to a new one; one from another host counts against its
+// address's share. So neither another user nor another host can keep
+// the owner's gorun status or stacks out by holding connections.
 type Server struct {
 	info    Info
 	key     []byte
@@ -132,6 +176,34 @@ type Server struct {
 	once    sync.Once
 	mu      sync.Mutex // guards info and closed
 	closed  bool
+
+	peers   bool           // the kernel says whose a connection of this host is (peerUID)
+	pmu     sync.Mutex     // guards pending
+	pending []*pendingConn // oldest first
+	refused atomic.Int64   // connections of other users of this host, closed at once
+}
+
+// pendingConn is a connection that has not presented the job's key yet.
+type pendingConn struct {
+	raw   net.Conn
+	from  string // its address where it counts against maxPendingFrom, else ""
+	since time.Time
+	heard atomic.Bool // it has sent something
+}
+
+// Read reads from the connection, noting that its client sent something.
+func (p *pendingConn) Read(b []byte) (int, error) {
+	n, err := p.raw.Read(b)
+	if n > 0 {
+		p.heard.Store(true)
+	}
+	return n, err
+}
+
+// silent reports whether p's client has sent nothing yet, not even what
+// the kernel holds unread.
+func (p *pendingConn) silent() bool {
+	return !p.heard.Load() && queued(p.raw) == 0
 }
 
 // Publish serves h on a new job socket listening on each of ips (port
@@ -182,11 +254,27 @@ func Publish(dir string, info Info, ips []string, h Handler) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	s.peers = knowsPeers(info.Addrs[0])
 	for _, ln := range s.lns {
 		s.wg.Add(1)
 		go s.serve(ln)
 	}
 	return s, nil
+}
+
+// knowsPeers reports whether the kernel says whose a connection to addr
+// (a job socket's, not yet served) is: it does where sock_diag answers
+// for one of this process's. Where it cannot, asking for every
+// connection would only cost each a netlink round trip (and perhaps a
+// modprobe).
+func knowsPeers(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	uid, ok := peerUID(c)
+	return ok && uid == os.Getuid()
 }
 
 // Info returns the published job file's contents.
@@ -240,28 +328,116 @@ func (s *Server) serve(ln net.Listener) {
 			time.Sleep(10 * time.Millisecond) // out of descriptors: wait it out
 			continue
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
-			c.Close() // busy: the client retries
+		p := s.admit(c)
+		if p == nil {
+			c.Close() // the client, if it is one, asks again
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.slots }()
-			s.serveConn(c)
+			s.serveConn(p)
 		}()
 	}
 }
 
-// serveConn answers one request.
-func (s *Server) serveConn(raw net.Conn) {
+// admit makes c a pending connection, in the place of another where the
+// pending are full (see maxPending), or returns nil where c is refused:
+// its client is another user of this host, or every place is held by a
+// client that may be under way.
+func (s *Server) admit(c net.Conn) *pendingConn {
+	p := &pendingConn{raw: c, since: time.Now()}
+	uid, known := 0, false
+	if s.peers {
+		uid, known = peerUID(c)
+	}
+	if known && uid != os.Getuid() && uid != 0 {
+		s.refused.Add(1)
+		return nil
+	}
+	if !known {
+		if host, _, err := net.SplitHostPort(c.RemoteAddr().String()); err == nil {
+			p.from = host
+		}
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	var victim *pendingConn
+	if p.from != "" {
+		n := 0
+		for _, q := range s.pending {
+			if q.from == p.from {
+				n++
+			}
+		}
+		if n >= maxPendingFrom {
+			if victim = s.evictable(p.from, p.since); victim == nil {
+				return nil
+			}
+		}
+	}
+	if victim == nil && len(s.pending) >= maxPending {
+		if victim = s.evictable("", p.since); victim == nil {
+			return nil
+		}
+	}
+	if victim != nil {
+		s.dropLocked(victim)
+		victim.raw.Close()
+	}
+	s.pending = append(s.pending, p)
+	return p
+}
+
+// evictable returns the pending connection (from address from, or any
+// where from is "") that a new one may take the place of at now: the
+// oldest silent one, else the oldest pending for pendingGrace; nil where
+// none may go. Called with pmu held.
+func (s *Server) evictable(from string, now time.Time) *pendingConn {
+	var stale *pendingConn
+	for _, q := range s.pending {
+		if from != "" && q.from != from {
+			continue
+		}
+		if q.silent() {
+			return q
+		}
+		if stale == nil && now.Sub(q.since) >= pendingGrace {
+			stale = q
+		}
+	}
+	return stale
+}
+
+// dropLocked removes p from the pending connections and reports whether
+// it was there (not yet evicted). Called with pmu held.
+func (s *Server) dropLocked(p *pendingConn) bool {
+	for i, q := range s.pending {
+		if q == p {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// drop removes p from the pending connections (see dropLocked).
+func (s *Server) drop(p *pendingConn) bool {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return s.dropLocked(p)
+}
+
+// serveConn answers one request: p's, once it has presented the key and
+// a place among the maxConns requests is free (within handshakeTimeout).
+func (s *Server) serveConn(p *pendingConn) {
+	raw := p.raw
 	defer raw.Close()
+	defer s.drop(p) // a no-op once it presented the key
 	stop := context.AfterFunc(s.ctx, func() { raw.Close() })
 	defer stop()
 	raw.SetDeadline(time.Now().Add(handshakeTimeout))
-	c := tls.Server(raw, s.tls)
+	c := tls.Server(readConn{raw, p}, s.tls)
 	line, err := bufio.NewReaderSize(io.LimitReader(c, maxRequest), 512).ReadSlice('\n')
 	if err != nil {
 		return
@@ -276,11 +452,37 @@ func (s *Server) serveConn(raw net.Conn) {
 		writeAnswer(c, nil, errors.New("wrong key"))
 		return
 	}
+	if !s.drop(p) {
+		return // evicted meanwhile: closed
+	}
+	wait := time.NewTimer(handshakeTimeout)
+	select {
+	case s.slots <- struct{}{}:
+		wait.Stop()
+	case <-wait.C:
+		raw.SetWriteDeadline(time.Now().Add(handshakeTimeout))
+		writeAnswer(c, nil, errBusy)
+		return
+	case <-s.ctx.Done():
+		return
+	}
+	defer func() { <-s.slots }()
 	raw.SetDeadline(time.Time{})
-	v, err := s.handler(s.ctx, req)
+	ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+	v, err := s.handler(ctx, req)
+	cancel()
 	raw.SetWriteDeadline(time.Now().Add(handshakeTimeout))
 	writeAnswer(c, v, err)
 }
+
+// readConn is a pending connection whose reads go through its
+// pendingConn, which notes that the client sent something.
+type readConn struct {
+	net.Conn
+	p *pendingConn
+}
+
+func (r readConn) Read(b []byte) (int, error) { return r.p.Read(b) }
 
 func writeAnswer(w io.Writer, v any, err error) {
 	var a answer
@@ -289,6 +491,7 @@ func writeAnswer(w io.Writer, v any, err error) {
 	}
 	if err != nil {
 		a.Error = err.Error()
+		a.Busy = errors.Is(err, errBusy)
 	}
 	b, _ := json.Marshal(a)
 	w.Write(append(b, '\n'))
@@ -433,6 +636,13 @@ func Find(dir, id string) (Info, error) {
 
 // Call sends req (its Key is info's) to info's head and decodes the
 // answer's data into out.
+//
+// A head whose socket closes the connection before answering (its
+// pending connections are full: someone may be flooding it) or that
+// serves maxConns requests already is asked again, after 25 ms, then
+// twice as long each time up to a second, for up to callRetry (10 s) or
+// until ctx ends; the error then says so. A head that refuses the
+// connection is gone, and is not asked again.
 func Call(ctx context.Context, info Info, req Request, out any) error {
 	req.Key = info.Key
 	want, err := hex.DecodeString(info.Cert)
@@ -453,6 +663,39 @@ func Call(ctx context.Context, info Info, req Request, out any) error {
 			return nil
 		},
 	}
+	start := time.Now()
+	pause := 25 * time.Millisecond
+	for tries := 1; ; tries++ {
+		addr, err := callOnce(ctx, info, cfg, req, out)
+		switch {
+		case err == nil:
+			return nil
+		case addr == "":
+			return fmt.Errorf("job %s: cannot reach its head (%s): %w", info.ID, strings.Join(info.Addrs, ", "), err)
+		case !errors.Is(err, errBusy) && !closedEarly(err):
+			return fmt.Errorf("job %s at %s: %w", info.ID, addr, err)
+		}
+		flooded := func() error {
+			return fmt.Errorf("job %s at %s: no answer in %d tries over %v: the job's socket is full, or someone is flooding it (last: %w)",
+				info.ID, addr, tries, time.Since(start).Round(time.Millisecond), err)
+		}
+		pause += mathrand.N(pause / 2) // clients that collided collide no more
+		if time.Since(start)+pause > callRetry {
+			return flooded()
+		}
+		select {
+		case <-ctx.Done():
+			return flooded()
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// callOnce sends req to the first of info's addresses that takes a
+// connection, and returns that address ("" with the last error where
+// none did).
+func callOnce(ctx context.Context, info Info, cfg *tls.Config, req Request, out any) (string, error) {
 	var lastErr error
 	for _, addr := range info.Addrs {
 		var d net.Dialer
@@ -465,12 +708,17 @@ func Call(ctx context.Context, info Info, req Request, out any) error {
 		}
 		err = call(ctx, raw, cfg, req, out)
 		raw.Close()
-		if err != nil {
-			return fmt.Errorf("job %s at %s: %w", info.ID, addr, err)
-		}
-		return nil
+		return addr, err
 	}
-	return fmt.Errorf("job %s: cannot reach its head (%s): %w", info.ID, strings.Join(info.Addrs, ", "), lastErr)
+	return "", lastErr
+}
+
+// closedEarly reports whether err is a connection's end before the
+// answer: what a client sees of a job socket that closed it while it was
+// pending.
+func closedEarly(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func call(ctx context.Context, raw net.Conn, cfg *tls.Config, req Request, out any) error {
@@ -486,14 +734,22 @@ func call(ctx context.Context, raw net.Conn, cfg *tls.Config, req Request, out a
 	}
 	line, err := bufio.NewReaderSize(io.LimitReader(c, maxAnswer), 64<<10).ReadBytes('\n')
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
+		case len(line) >= maxAnswer:
+			return fmt.Errorf("answer longer than %d MiB", maxAnswer>>20)
+		case len(line) > 0: // not a pending connection's end: not asked again
+			return fmt.Errorf("answer cut after %d bytes: %v", len(line), err)
 		}
 		return err
 	}
 	var a answer
 	if err := json.Unmarshal(line, &a); err != nil {
 		return fmt.Errorf("bad answer: %w", err)
+	}
+	if a.Busy {
+		return errBusy
 	}
 	if a.Error != "" {
 		return errors.New(a.Error)
