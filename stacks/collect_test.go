@@ -572,8 +572,8 @@ func TestCollectGone(t *testing.T) {
 }
 
 // A Python whose hook is armed but that blocks the signal: Collect gives
-// up on the dump after DumpWait and reads it natively; the program runs
-// on, the signal pending.
+// up on the dump after DumpWait and reads it natively, with a Notice that
+// says so; the program runs on, the signal pending.
 func TestCollectPythonHookBlocked(t *testing.T) {
 	python := testenv.NeedTool(t, "/usr/bin/python3", "python3")
 	stacksDir := filepath.Join(t.TempDir(), "stacks")
@@ -588,7 +588,8 @@ func TestCollectPythonHookBlocked(t *testing.T) {
 	e := startEchoer(t, cmd)
 	start := time.Now()
 	procs, err := stacks.Collect(context.Background(), e.cmd.Process.Pid, stacks.Options{StacksDir: stacksDir, PySpy: "-", DumpWait: 300 * time.Millisecond})
-	if err != nil || !strings.Contains(procs[0].Note, "Python hook: no dump in 300ms") || procs[0].Method == stacks.MethodFaulthandler {
+	if err != nil || !strings.Contains(procs[0].Note, "Python hook: no dump in 300ms after signal 45") || procs[0].Method == stacks.MethodFaulthandler ||
+		!strings.Contains(procs[0].Notice, "no dump in 300ms after signal 45") || !strings.Contains(procs[0].Notice, "Python stacks not taken") {
 		t.Errorf("Collect = %+v, %v", procs, err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -690,5 +691,139 @@ func TestCollectStuckMeanwhile(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the parent did not resume")
+	}
+}
+
+// ownHandlerProg is a Python program that takes the hook's signal for
+// itself, then echoes the lines it reads: with "signal", a handler of its
+// own (signal.signal) that writes the file argv[1]; with "faulthandler",
+// faulthandler's dump into that file (faulthandler.register).
+const ownHandlerProg = `import faulthandler, signal, sys
+mark, how, sig = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if how == "signal":
+    def handler(signum, frame):
+        with open(mark, "w") as f:
+            f.write("MY OWN handler for signal %d ran\n" % signum)
+    signal.signal(sig, handler)
+else:
+    out = open(mark, "w")
+    faulthandler.register(sig, file=out, all_threads=True)
+for line in sys.stdin:
+    print(line.strip(), flush=True)
+`
+
+// Row 4c of the security review: a program that handles the hook's
+// signal itself is not sent it (its handler does not run, its own
+// faulthandler writes nothing), and the rank's stacks say why they have
+// no Python frames.
+func TestCollectPythonOwnHandler(t *testing.T) {
+	python := testenv.NeedTool(t, "/usr/bin/python3", "python3")
+	for _, how := range []string{"signal", "faulthandler"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			stacksDir := filepath.Join(dir, "stacks")
+			if err := stacks.WritePythonHook(env.StacksHookDir(stacksDir)); err != nil {
+				t.Fatal(err)
+			}
+			mark := filepath.Join(dir, "mark")
+			cmd := exec.Command(python, "-c", ownHandlerProg, mark, how, strconv.Itoa(stacks.DumpSignal))
+			base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHON") })
+			cmd.Env = env.Build(base, env.Rank{StacksDir: stacksDir, StacksSignal: stacks.DumpSignal}, nil)
+			e := startEchoer(t, cmd)
+			procs, err := stacks.Collect(context.Background(), e.cmd.Process.Pid, stacks.Options{StacksDir: stacksDir, PySpy: "-"})
+			if err != nil || len(procs) != 1 {
+				t.Fatalf("Collect = %+v, %v", procs, err)
+			}
+			e.ping(t, "alive") // a handler that ran has run by now: Python runs it before it reads on
+			if b, _ := os.ReadFile(mark); len(b) > 0 {
+				t.Errorf("the program's own %s ran: %q", how, b)
+			}
+			p := procs[0]
+			want := "the program handles signal 45 itself (it called " + how
+			if p.Method == stacks.MethodFaulthandler || !strings.Contains(p.Notice, want) ||
+				!strings.Contains(p.Notice, "Python stacks not taken") || !strings.Contains(p.Note, want) {
+				t.Errorf("proc %+v, want a notice %q", p, want)
+			}
+			var text strings.Builder
+			stacks.NewVerdict([]stacks.Rank{{Rank: 3, Host: "h1", Procs: procs}}).WriteText(&text, false)
+			if !strings.Contains(text.String(), "gorun: note: rank 3 on h1: "+want) {
+				t.Errorf("verdict:\n%s", text.String())
+			}
+		})
+	}
+}
+
+// The hook steps aside for a program that takes its signal: its file is
+// renamed (gorun sends the signal only where it finds it), the program's
+// handler stays in place and runs, in a forked child too (which makes no
+// file of its own); a call for another signal, or one that fails,
+// changes nothing (and does not undo an earlier one).
+func TestPythonHookOwnHandler(t *testing.T) {
+	python := testenv.NeedTool(t, "/usr/bin/python3", "python3")
+	stacksDir := filepath.Join(t.TempDir(), "stacks")
+	if err := stacks.WritePythonHook(env.StacksHookDir(stacksDir)); err != nil {
+		t.Fatal(err)
+	}
+	const prog = `import os, signal, sys, threading, time
+d, sig = os.environ["GORUN_STACKS_DIR"], int(os.environ["GORUN_STACKS_SIGNAL"])
+def has(pid, ext):
+    return os.path.exists(os.path.join(d, "%d.%s" % (pid, ext)))
+def caught(pid):
+    for l in open("/proc/%d/status" % pid):
+        if l.startswith("SigCgt:"):
+            return int(l.split()[1], 16) >> (sig - 1) & 1
+me, ran = os.getpid(), []
+def handler(signum, frame):
+    ran.append(signum)
+def wait_ran(n):
+    for _ in range(500):
+        if len(ran) >= n:
+            break
+        time.sleep(0.01)
+    return len(ran)
+print("armed", has(me, "txt"))
+signal.signal(signal.SIGUSR1, handler)
+print("other signal", has(me, "txt"))
+errs = []
+def off_main():
+    try:
+        signal.signal(sig, handler)
+    except ValueError as e:
+        errs.append(e)
+t = threading.Thread(target=off_main)
+t.start()
+t.join()
+print("from a thread", len(errs), has(me, "txt"))
+signal.signal(sig, handler)
+print("own handler", has(me, "txt"), has(me, "off"), signal.getsignal(sig) is handler, caught(me))
+t = threading.Thread(target=off_main)
+t.start()
+t.join()
+print("failed after", len(errs), has(me, "txt"))
+os.kill(me, sig)
+print("ran", wait_ran(1), flush=True)
+pid = os.fork()
+if pid == 0:
+    os.kill(os.getpid(), sig)
+    print("child", has(os.getpid(), "txt"), wait_ran(2), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+print("off file", open(os.path.join(d, "%d.off" % me)).read().splitlines()[-1])
+`
+	cmd := exec.Command(python, "-c", prog)
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "PYTHON") })
+	cmd.Env = env.Build(base, env.Rank{StacksDir: stacksDir, StacksSignal: stacks.DumpSignal}, nil)
+	out, err := cmd.CombinedOutput()
+	want := `armed True
+other signal True
+from a thread 1 True
+own handler False True True 1
+failed after 2 False
+ran 1
+child False 2
+off file gorun stacks: off: signal.signal
+`
+	if err != nil || string(out) != want {
+		t.Errorf("python: %v\n%s\nwant\n%s", err, out, want)
 	}
 }

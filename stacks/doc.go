@@ -33,7 +33,12 @@
 //     the file and catches the signal (SigCgt in /proc/PID/status): a
 //     Python run with -I, -S or -E, or any other program, did not load
 //     the hook, and a real-time signal's default action would end it.
-//     Where neither works, the interpreter's native frames, with a Note.
+//     A program that takes the signal for itself (signal.signal,
+//     faulthandler.register or unregister for it) has the hook rename its
+//     file, and is not sent it either. Where neither works, the
+//     interpreter's native frames, with a Note; where the program took
+//     the signal, or sent no dump on it, a Notice too, which the
+//     verdict's short form shows.
 //   - Go ranks that use gorun's client are read by the agent through the
 //     client (Method MethodGoClient), whose runtime.Stack text [ParseGo]
 //     turns into one Thread a goroutine.

@@ -11,6 +11,11 @@ const pythonHook = `# gorun's Python start-up hook, written by gorun (package st
 # GORUN_STACKS_SIGNAL, for "gorun stacks". The sitecustomize this file
 # shadows then runs, as if this one were not there.
 #
+# A program that takes that signal for itself (signal.signal,
+# faulthandler.register or faulthandler.unregister for it) keeps it: the
+# file becomes <pid>.off, which tells gorun not to send the signal and
+# why, and a forked child makes no file of its own.
+#
 # Nothing here may raise: a failure leaves the program as it would be
 # without the hook.
 
@@ -23,23 +28,109 @@ def _gorun_stacks():
     sig = int(os.environ.get("GORUN_STACKS_SIGNAL") or "@SIGNAL@")
     import faulthandler
     import _thread
-    fds = []
+    try:
+        # signal.signal calls _signal.signal; the signal module itself
+        # imports enum, which would take milliseconds here.
+        import _signal as signal
+    except ImportError:
+        import signal
+    register, unregister = faulthandler.register, faulthandler.unregister
+    armed = []  # (pid, fd) of this process's file
+    off = []  # not empty once the program has taken the signal
+
+    def path(pid, ext):
+        return os.path.join(d, "%d.%s" % (pid, ext))
 
     def arm():
         # In a forked child, the parent's file is not this process's.
         try:
-            if fds:
-                faulthandler.unregister(sig)
-                os.close(fds.pop())
-            fd = os.open(os.path.join(d, "%d.txt" % os.getpid()),
+            if off:
+                return
+            if armed:
+                unregister(sig)
+                os.close(armed.pop()[1])
+            pid = os.getpid()
+            fd = os.open(path(pid, "txt"),
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 384)
-            fds.append(fd)
+            armed.append((pid, fd))
             os.write(fd, ("gorun stacks: main thread 0x%x\n" % _thread.get_ident()).encode())
-            faulthandler.register(sig, file=fd, all_threads=True, chain=False)
+            register(sig, file=fd, all_threads=True, chain=False)
+            try:
+                os.unlink(path(pid, "off"))  # a process's of the same pid, before
+            except OSError:
+                pass
         except Exception:
             pass
 
+    def step_aside():
+        # The program takes the signal: gorun must not send it any more.
+        # The file is renamed at once; it is closed once the program's
+        # call is done, as faulthandler may write to it until then.
+        # Returns None where the hook had stepped aside already, else
+        # [(pid, fd)] or [] (no file of this process's).
+        if off:
+            return None
+        off.append(True)
+        try:
+            if armed and armed[-1][0] == os.getpid():
+                os.rename(path(armed[-1][0], "txt"), path(armed[-1][0], "off"))
+                return [armed.pop()]
+        except Exception:
+            pass
+        return []
+
+    def stepped_aside(was, call, ok):
+        if was is None:
+            return
+        try:
+            if not ok:  # the call changed nothing: the hook stays
+                del off[:]
+                for pid, fd in was:
+                    os.rename(path(pid, "off"), path(pid, "txt"))
+                    armed.append((pid, fd))
+                return
+            for pid, fd in was:
+                try:
+                    os.write(fd, ("gorun stacks: off: %s\n" % call).encode())
+                finally:
+                    os.close(fd)
+        except Exception:
+            pass
+
+    def wrap(module, name, call):
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            try:
+                num = args[0] if args else kwargs.get("signalnum", kwargs.get("signum"))
+                mine = int(num) == sig
+            except Exception:
+                mine = False
+            if not mine:
+                return real(*args, **kwargs)
+            was = step_aside()
+            try:
+                result = real(*args, **kwargs)
+            except BaseException:
+                stepped_aside(was, call, False)
+                raise
+            stepped_aside(was, call, True)
+            return result
+
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            try:
+                setattr(wrapper, attr, getattr(real, attr))
+            except Exception:
+                pass
+        wrapper.__wrapped__ = real
+        setattr(module, name, wrapper)
+
     arm()
+    if not armed:
+        return
+    wrap(signal, "signal", "signal.signal")
+    wrap(faulthandler, "register", "faulthandler.register")
+    wrap(faulthandler, "unregister", "faulthandler.unregister")
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=arm)
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/gorun/gorun/internal/atomicfile"
 	"io"
@@ -42,49 +43,108 @@ func HookFile(stacksDir string, pid int) string {
 	return filepath.Join(stacksDir, strconv.Itoa(pid)+".txt")
 }
 
+// hookOffFile is what HookFile becomes once the program has taken the
+// hook's signal for itself: its last line names the call
+// ("gorun stacks: off: signal.signal").
+func hookOffFile(stacksDir string, pid int) string {
+	return filepath.Join(stacksDir, strconv.Itoa(pid)+".off")
+}
+
+// errNoDump is wrapped by waitDump's error when no dump came in time.
+var errNoDump = errors.New("no dump")
+
 // readHook asks p's Python hook for a dump and reads it. ok is false with
-// why ("" when there is no stacks directory) otherwise. The signal is sent
+// why ("" when there is no stacks directory) otherwise, and notice is
+// true where why is one the verdict's reader should see (the program
+// handles the signal itself, or did not dump on it). The signal is sent
 // only when p has its hook's file and catches the signal: a process
-// without a handler for a real-time signal would be ended by it.
-func readHook(ctx context.Context, pfs procfs.FS, p *Proc, o Options) (ok bool, why string) {
+// without a handler for a real-time signal would be ended by it, and one
+// whose program took the signal for itself has renamed the file.
+func readHook(ctx context.Context, pfs procfs.FS, p *Proc, o Options) (ok bool, why string, notice bool) {
 	if o.StacksDir == "" {
-		return false, ""
+		return false, "", false
 	}
+	sig := o.signal()
 	name := HookFile(o.StacksDir, p.PID)
 	f, err := os.Open(name)
 	if err != nil {
-		return false, "gorun's Python hook not loaded (python -I, -S or -E, or another sitecustomize first on sys.path?): no " + filepath.Base(name)
+		if call, off := hookOff(o.StacksDir, p.PID); off {
+			why := fmt.Sprintf("the program handles signal %d itself", sig)
+			if call != "" {
+				why += " (it called " + call + ")"
+			}
+			return false, why + ": Python stacks not taken", true
+		}
+		return false, "gorun's Python hook not loaded (python -I, -S or -E, or another sitecustomize first on sys.path?): no " + filepath.Base(name), false
 	}
 	defer f.Close()
-	sig := o.signal()
 	caught, err := pfs.CatchesSignal(p.PID, sig)
 	if err != nil {
-		return false, "Python hook: " + err.Error()
+		return false, "Python hook: " + err.Error(), false
 	}
 	if !caught {
-		return false, fmt.Sprintf("gorun's Python hook not armed: the process does not catch signal %d", sig)
+		return false, fmt.Sprintf("gorun's Python hook not armed: the process does not catch signal %d", sig), false
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return false, "Python hook: " + err.Error()
+		return false, "Python hook: " + err.Error(), false
 	}
 	start := fi.Size()
 	header := make([]byte, 128)
 	n, _ := f.ReadAt(header, 0)
 	mainID := hookMainThread(header[:n])
 	if err := syscall.Kill(p.PID, syscall.Signal(sig)); err != nil {
-		return false, fmt.Sprintf("Python hook: signal %d: %v", sig, err)
+		return false, fmt.Sprintf("Python hook: signal %d: %v", sig, err), false
 	}
 	dump, whole, err := waitDump(ctx, f, start, mainID, o.dumpWait())
+	if errors.Is(err, errNoDump) {
+		return false, fmt.Sprintf("Python hook: no dump in %v after signal %d (the program blocks it or handles it itself, or every thread is stuck in the kernel): Python stacks not taken",
+			o.dumpWait(), sig), true
+	}
 	if err != nil {
-		return false, "Python hook: " + err.Error()
+		return false, "Python hook: " + err.Error(), false
 	}
 	p.Threads, p.Method = parseFaulthandler(dump, mainID), MethodFaulthandler
 	if !whole {
 		p.Note = fmt.Sprintf("the Python hook's dump was still growing after %v: it may lack threads", o.dumpWait())
 	}
-	return true, ""
+	return true, "", false
 }
+
+// hookOff reports whether process pid's program took the hook's signal
+// for itself (its hook file is renamed hookOffFile), and the call by
+// which it did, as the hook wrote it ("" where it did not yet).
+func hookOff(stacksDir string, pid int) (call string, off bool) {
+	f, err := os.Open(hookOffFile(stacksDir, pid))
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", true
+	}
+	// The call is the file's last line: read its end only.
+	const tail = 256
+	at := max(fi.Size()-tail, 0)
+	b := make([]byte, tail)
+	n, _ := f.ReadAt(b, at)
+	b = bytes.TrimRight(b[:n], "\n")
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	s, ok := strings.CutPrefix(string(b), hookOffHeader)
+	if !ok || len(s) > 64 || strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '.' || r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) >= 0 {
+		return "", true
+	}
+	return s, true
+}
+
+// hookOffHeader starts the line the hook writes once the program took its
+// signal.
+const hookOffHeader = "gorun stacks: off: "
 
 // hookMainThread reads the main thread's identifier from the first line
 // the hook writes ("gorun stacks: main thread 0x7f57c2b2b2c0"); 0 when it
@@ -124,7 +184,7 @@ func waitDump(ctx context.Context, f *os.File, start int64, mainID int64, wait t
 			if len(parseFaulthandler(last, 0)) > 0 {
 				return last, false, nil
 			}
-			return nil, false, fmt.Errorf("no dump in %v (the signal blocked or ignored, or every thread stuck in the kernel?)", wait)
+			return nil, false, fmt.Errorf("%w in %v", errNoDump, wait)
 		case <-tick.C:
 		}
 		b, err := io.ReadAll(io.NewSectionReader(f, start, 1<<24))
@@ -376,6 +436,16 @@ func pyModule(file string) string {
 //     the dump needs neither the GIL nor the interpreter's loop, and the
 //     program goes on. A forked child (multiprocessing, DataLoader
 //     workers) opens its own file.
+//   - It wraps signal.signal (through _signal.signal, which it calls:
+//     importing signal would cost milliseconds), faulthandler.register
+//     and faulthandler.unregister: a program that calls one of them for
+//     that signal takes it for itself, and keeps it. The hook renames
+//     its file <pid>.off before the call (back, where the call fails),
+//     and writes the call's name into it after ("gorun stacks: off:
+//     signal.signal"): Collect then sends no signal, and says why there
+//     are no Python frames. A child forked after that makes no file. A
+//     handler that native code installs (sigaction from C) is not seen:
+//     the signal then brings no dump, and Collect says that too.
 //   - It then imports the sitecustomize it shadows, if any (Debian's
 //     /usr/lib/python3.X/sitecustomize.py, a virtual environment's),
 //     with dir left out of sys.path, and leaves that module as

@@ -91,6 +91,11 @@ type Proc struct {
 	// Note says why frames are missing or partial, or where they came
 	// from when not from the first method tried.
 	Note string `json:"note,omitempty"`
+	// Notice is the part of Note that the verdict's short form shows
+	// too ([Verdict.WriteText]): why a Python process that loaded
+	// gorun's hook has no Python frames (its program handles the hook's
+	// signal itself, or sent no dump on it).
+	Notice string `json:"notice,omitempty"`
 }
 
 // Rank is one rank's stacks.
@@ -349,10 +354,13 @@ func readProc(ctx context.Context, pfs procfs.FS, p *Proc, o Options) {
 		} else if why != "" {
 			notes = append(notes, why)
 		}
-		if ok, why := readHook(ctx, pfs, p, o); ok {
+		if ok, why, notice := readHook(ctx, pfs, p, o); ok {
 			return
 		} else if why != "" {
 			notes = append(notes, why)
+			if notice {
+				p.Notice = why
+			}
 		}
 		if len(notes) == 0 {
 			notes = append(notes, "py-spy not installed and gorun's Python hook off")

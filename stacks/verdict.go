@@ -169,7 +169,11 @@ func summary(lang string, frames []Frame) string {
 //	gorun: verdict: rank 2 on h3 differs from the 15 others: read <- next_batch <- train_step
 //
 // verbose adds, under each group, every process and thread of the
-// group's first rank, each frame with its file and line.
+// group's first rank, each frame with its file and line. The Notice of
+// a rank's main process ([MainProc]) comes before the verdict, once for
+// all the ranks that have the same:
+//
+//	gorun: note: rank 0 on h1: the program handles signal 45 itself (it called signal.signal): Python stacks not taken
 func (v *Verdict) WriteText(w io.Writer, verbose bool) {
 	var hosts []string
 	for _, r := range v.Ranks {
@@ -194,7 +198,41 @@ func (v *Verdict) WriteText(w io.Writer, verbose bool) {
 			v.writeRank(w, g.Ranks[0])
 		}
 	}
+	v.writeNotices(w)
 	fmt.Fprintf(w, "gorun: verdict: %s\n", v.sentence())
+}
+
+// writeNotices writes the Notice of each rank's main process, one line
+// for the ranks that have the same, in the order of their first rank.
+func (v *Verdict) writeNotices(w io.Writer) {
+	type ranksOn struct {
+		ranks []int
+		hosts []string
+	}
+	var order []string
+	by := map[string]*ranksOn{}
+	for _, r := range v.Ranks {
+		m := MainProc(r.Procs)
+		if m < 0 || r.Procs[m].Notice == "" {
+			continue
+		}
+		n := r.Procs[m].Notice
+		g, ok := by[n]
+		if !ok {
+			g = &ranksOn{}
+			by[n] = g
+			order = append(order, n)
+		}
+		g.ranks = append(g.ranks, r.Rank)
+		if !slices.Contains(g.hosts, r.Host) {
+			g.hosts = append(g.hosts, r.Host)
+		}
+	}
+	for _, n := range order {
+		g := by[n]
+		slices.SortFunc(g.hosts, naturalCompare)
+		fmt.Fprintf(w, "gorun: note: %s: %s\n", where(g.ranks, g.hosts), n)
+	}
 }
 
 // sentence is the verdict's last line, after "verdict: ".

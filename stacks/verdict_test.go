@@ -259,6 +259,17 @@ func TestVerdict(t *testing.T) {
 			frameless(4, "n3", "eu-stack: ptrace refused (Operation not permitted): kernel.yama.ptrace_scope is 3: no process may attach", "futex"),
 			{Rank: 5, Host: "n4", Err: "the agent on n4 did not answer in 10s"},
 		}, true, []int{3, 4, 5}},
+		{"notices", func() []Rank {
+			own := "the program handles signal 45 itself (it called signal.signal): Python stacks not taken"
+			rs := []Rank{at(0, "n1", "read", "main"), at(1, "n2", "read", "main"), at(2, "n1", "read", "main"), at(3, "n1", "read", "main")}
+			for r, n := range []string{own, own, "Python hook: no dump in 2s after signal 45 (the program blocks it or handles it itself, or every thread is stuck in the kernel): Python stacks not taken"} {
+				rs[r].Procs[0].Notice, rs[r].Procs[0].Note = n, n+"; Python frames not read: the interpreter's native frames"
+			}
+			for r := range rs {
+				rs[r].Procs[0].Lang = LangPython
+			}
+			return rs
+		}(), false, nil},
 		{"mixed-languages", []Rank{
 			at(0, "n1", "main"), at(1, "n1", "main"),
 			{Rank: 2, Host: "n1", Procs: []Proc{{PID: 9, Lang: LangPython, Method: MethodFaulthandler, State: "S",
