@@ -241,7 +241,10 @@ func loadConfig(c *cli.Context) (*config.Config, error) {
 func checkConfigFiles(files []string) error {
 	for _, f := range files {
 		abs, err := filepath.Abs(f) // so that the error says where
-		if err != nil {
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // the working directory is gone: no ./gorun.toml to read
+		case err != nil:
 			return fmt.Errorf("configuration file %s: %w", f, err)
 		}
 		switch err := filetrust.Check(abs, filetrust.Config); {

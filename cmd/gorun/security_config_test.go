@@ -109,3 +109,23 @@ func writeAs(t *testing.T, u *testusers.User, path, text string) {
 		t.Fatalf("%s writing %s: %v\n%s", u.Name, path, err, out)
 	}
 }
+
+// A gorun whose working directory was removed has no ./gorun.toml to
+// check or read, and runs (a per-node launch's gorun may start in a
+// directory that its host lacks).
+func TestConfigWorkingDirectoryGone(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "gone")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `cd "$1" && rmdir "$1" && exec "$0" -np 1 true`, exe, dir)
+	cmd.Env = append(os.Environ(), "GORUN_TEST_MAIN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("gorun in a removed directory: %v\n%s", err, out)
+	}
+}
