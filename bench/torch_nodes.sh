@@ -18,6 +18,8 @@ TORCHRUN_FIX=${TORCHRUN_FIX:-$HERE/torchrun_fix.py}
 kind=$1 nodes=$2 per=$3
 shift 3
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# gorun's nodes share a token (gorun refuses one of less than 128 bits), fresh each call.
+token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 pids=()
 if [ "$kind" = direct ]; then
   world=$((nodes * per))
@@ -38,7 +40,7 @@ for ((i = 0; i < nodes; i++)); do
       --rdzv_endpoint "127.0.0.1:$port" --rdzv_id bench --rdzv_conf "is_host=$host" "$@" &
     ;;
   gorun)
-    GORUN_RDZV_TOKEN=0123456789abcdef0123456789abcdef "$GORUN" --jobs-dir off --nnodes "$nodes" --nproc-per-node "$per" \
+    GORUN_RDZV_TOKEN=$token "$GORUN" --jobs-dir off --nnodes "$nodes" --nproc-per-node "$per" \
       --rdzv-endpoint "127.0.0.1:$port" --rdzv-id bench "$@" &
     ;;
   *)

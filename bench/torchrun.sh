@@ -74,7 +74,7 @@ cd "$SCRATCH"
 # Does this gorun have per-node launch? One node of one rank must be a world of 1:
 # a gorun that does not know the flags' meaning runs its default, a rank per slot.
 PERNODE=""
-probe=$(GORUN_RDZV_TOKEN=0123456789abcdef0123456789abcdef timeout 30 "$GORUN" --jobs-dir off --nnodes 1 --nproc-per-node 1 \
+probe=$(GORUN_RDZV_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') timeout 30 "$GORUN" --jobs-dir off --nnodes 1 --nproc-per-node 1 \
   --rdzv-endpoint 127.0.0.1:29499 --rdzv-id probe sh -c 'echo "$WORLD_SIZE"' 2>"$OUT/pernode-probe.err") || true
 if [ "$probe" = 1 ]; then
   PERNODE=1

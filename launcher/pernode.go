@@ -26,8 +26,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
+	"net/netip"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +39,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/internal/procfs"
 	"github.com/gorun/gorun/internal/selfcert"
 )
 
@@ -76,32 +80,172 @@ func ParseNNodes(s string) (min, max int, err error) {
 // TokenEnv holds the per-node launch's token when no file names it.
 const TokenEnv = "GORUN_RDZV_TOKEN"
 
-// minToken is the shortest token taken: 16 bytes (32 hex digits).
-const minToken = 16
+// minTokenBits is the least a per-node launch's token must hold, as
+// tokenBits estimates it: a node's proof of the token reaches whoever
+// answers at the endpoint, a squatter of its port included, who can try
+// guesses against it offline, as fast as HMAC-SHA256 runs. 2^128 of them
+// are out of anyone's reach.
+const minTokenBits = 128
+
+// tokenHowTo says how to make a token that is strong enough.
+const tokenHowTo = "make one with: openssl rand -hex 32"
 
 // ReadToken returns the token from file (--rdzv-token-file), else from
-// $GORUN_RDZV_TOKEN; surrounding white space is not part of it.
+// $GORUN_RDZV_TOKEN; surrounding white space is not part of it. A token
+// that tokenBits puts below minTokenBits is an error that says how to
+// make one.
 func ReadToken(file string, getenv func(string) string) ([]byte, error) {
-	var tok string
+	var tok, from string
 	switch {
 	case file != "":
-		b, err := os.ReadFile(file)
+		b, err := readBounded(file, maxToken+64)
 		if err != nil {
 			return nil, fmt.Errorf("--rdzv-token-file: %w", err)
 		}
-		tok = strings.TrimSpace(string(b))
+		tok, from = strings.TrimSpace(string(b)), "--rdzv-token-file "+file
 		if tok == "" {
-			return nil, fmt.Errorf("--rdzv-token-file %s: empty", file)
+			return nil, fmt.Errorf("--rdzv-token-file %s: empty (%s)", file, tokenHowTo)
 		}
 	case getenv(TokenEnv) != "":
-		tok = strings.TrimSpace(getenv(TokenEnv))
+		tok, from = strings.TrimSpace(getenv(TokenEnv)), "$"+TokenEnv
 	default:
-		return nil, fmt.Errorf("a per-node launch needs the token its nodes share: --rdzv-token-file FILE or $%s (make one with: openssl rand -hex 32)", TokenEnv)
+		return nil, fmt.Errorf("a per-node launch needs the token its nodes share: --rdzv-token-file FILE or $%s (%s)", TokenEnv, tokenHowTo)
 	}
-	if len(tok) < minToken {
-		return nil, fmt.Errorf("the per-node launch's token has %d characters; give at least %d (openssl rand -hex 32)", len(tok), minToken)
+	if err := checkToken([]byte(tok)); err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
 	}
 	return []byte(tok), nil
+}
+
+// maxToken is the longest token taken, in bytes: a token file is a line,
+// and tokenBits's work grows with the square of the length.
+const maxToken = 4096
+
+// readBounded reads file, or its first max bytes.
+func readBounded(file string, max int64) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
+// checkToken refuses a token below minTokenBits, or longer than
+// maxToken, saying why without saying the token.
+func checkToken(tok []byte) error {
+	if len(tok) > maxToken {
+		return fmt.Errorf("the per-node launch's token is longer than %d bytes: not a token (%s)", maxToken, tokenHowTo)
+	}
+	if bits := tokenBits(string(tok)); bits < minTokenBits {
+		return fmt.Errorf("the per-node launch's token is too weak to share over the network: %d characters worth about %.0f bits, as gorun estimates them, and it needs at least %d, so that nobody can guess it from what a node sends (%s, or head -c 32 /dev/urandom | base64)",
+			len(tok), bits, minTokenBits, tokenHowTo)
+	}
+	return nil
+}
+
+// tokenBits estimates how many bits of chance a token holds, as an
+// attacker who knows how tokens are made would count them: each
+// character is worth log2 of the smallest of these alphabets that holds
+// every character of the token: decimal digits (10), hexadecimal digits
+// (16), the digits and the letters of one case (36), the digits and the
+// letters of both cases (62), base64 (64, its '=' padding at the end not
+// counted), printable ASCII and anything else (95). A repeat counts one
+// character whatever its length: a run of tokenRun or more characters
+// that each step by -1, 0 or +1 from the one before ("aaaaaa", "123456",
+// "fedcba"), or a string of tokenRun or more that already appeared
+// earlier in the token ("trustno1trustno1"). It cannot know how the token
+// was made: a passphrase of words reads as more than it holds. What
+// generators make passes: `openssl rand -hex 16` has 128 bits (a repeat
+// in it, one time in about ten thousand, makes it fall short), `-hex 32`
+// 256, `-base64 32` 258.
+func tokenBits(tok string) float64 {
+	tok = strings.TrimRight(tok, "=")
+	var digit, lower, upper, hexLetter, b64, other bool
+	for _, c := range []byte(tok) {
+		switch {
+		case '0' <= c && c <= '9':
+			digit = true
+		case 'a' <= c && c <= 'z':
+			lower, hexLetter = true, hexLetter || c > 'f'
+		case 'A' <= c && c <= 'Z':
+			upper, hexLetter = true, hexLetter || c > 'F'
+		case c == '+' || c == '/' || c == '-' || c == '_':
+			b64 = true
+		default:
+			other = true
+		}
+	}
+	var alphabet float64
+	switch {
+	case other:
+		alphabet = 95
+	case b64:
+		alphabet = 64
+	case lower && upper:
+		alphabet = 62
+	case (lower || upper) && hexLetter:
+		alphabet = 36
+	case lower || upper:
+		alphabet = 16
+	case digit:
+		alphabet = 10
+	default:
+		return 0
+	}
+	return float64(tokenLength(tok)) * math.Log2(alphabet)
+}
+
+// tokenRun is the length from which tokenBits counts a run or a repeat
+// as one character.
+const tokenRun = 6
+
+// tokenLength is the number of characters of tok that tokenBits counts:
+// each run or repeat of tokenRun characters or more counts one.
+func tokenLength(tok string) int {
+	n := 0
+	for i := 0; i < len(tok); n++ {
+		step := 1
+		if k := runLength(tok[i:]); k >= tokenRun {
+			step = k
+		}
+		if k := repeatLength(tok, i); k >= tokenRun && k > step {
+			step = k
+		}
+		i += step
+	}
+	return n
+}
+
+// runLength is the length of the run at the start of s: characters that
+// each differ by -1, 0 or +1 from the one before, by the same step.
+func runLength(s string) int {
+	if len(s) < 2 {
+		return len(s)
+	}
+	d := int(s[1]) - int(s[0])
+	if d < -1 || d > 1 {
+		return 1
+	}
+	k := 2
+	for k < len(s) && int(s[k])-int(s[k-1]) == d {
+		k++
+	}
+	return k
+}
+
+// repeatLength is the length of the longest string at tok[i:] that also
+// starts at an earlier index of tok.
+func repeatLength(tok string, i int) int {
+	best := 0
+	for j := 0; j < i; j++ {
+		k := 0
+		for i+k < len(tok) && tok[j+k] == tok[i+k] {
+			k++
+		}
+		best = max(best, k)
+	}
+	return best
 }
 
 // RunPerNode runs this node's part of a per-node launch (Options.PerNode)
@@ -133,7 +277,13 @@ func RunPerNode(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return ExitUsage, fmt.Errorf("%w: --rdzv-endpoint %q: want HOST:PORT", ErrUsage, p.Endpoint)
 	}
+	if err := checkToken(p.Token); err != nil {
+		return ExitUsage, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
 	ln, err := listenEndpoint(ctx, p.Endpoint)
+	if _, ok := errors.AsType[*squatError](err); ok {
+		return ExitLaunch, err
+	}
 	if err != nil {
 		return ExitUsage, fmt.Errorf("%w: --rdzv-endpoint %s: %w", ErrUsage, p.Endpoint, err)
 	}
@@ -167,6 +317,8 @@ func RunPerNode(ctx context.Context, o Options) (int, error) {
 
 // listenEndpoint listens on the endpoint when its host is an address of
 // this machine and its port is free, and returns nil (join it) otherwise.
+// A port of this machine that another user holds is an error: that is
+// no gorun of this user's to join (see portSquatter).
 func listenEndpoint(ctx context.Context, endpoint string) (net.Listener, error) {
 	host, port, _ := net.SplitHostPort(endpoint)
 	ips := []string{host}
@@ -186,11 +338,66 @@ func listenEndpoint(ctx context.Context, endpoint string) (net.Listener, error) 
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(ip, port))
 		if errors.Is(err, syscall.EADDRINUSE) {
+			if err := portSquatter(procfs.Proc, ip, port, os.Geteuid()); err != nil {
+				return nil, err
+			}
 			return nil, nil // served already, on this machine: join it
 		}
 		return ln, err
 	}
 	return nil, nil
+}
+
+// squatError is RunPerNode's error when another user of the endpoint's
+// machine holds its port.
+type squatError struct {
+	endpoint string // HOST:PORT
+	who      string // "user NAME (uid N)", or "uid N" without a name
+}
+
+func (e *squatError) Error() string {
+	return fmt.Sprintf("the rendezvous endpoint %s is held by %s, not by a gorun of yours: choose another port with --rdzv-endpoint", e.endpoint, e.who)
+}
+
+// portSquatter is a *squatError, naming the user, when the TCP sockets
+// of this machine (fs) that hold port on ip (bound to it, or to every
+// address) are all another user's than uid me: then no gorun of this
+// user's serves it, and joining it would only wait for --rdzv-timeout,
+// or prove the token to a squatter. nil when one is this user's, or none
+// can be seen (/proc unreadable, the holder gone meanwhile): join it.
+func portSquatter(fs procfs.FS, ip, port string, me int) error {
+	addr, err := netip.ParseAddr(ip)
+	p, err2 := strconv.ParseUint(port, 10, 16)
+	if err != nil || err2 != nil {
+		return nil
+	}
+	addr = addr.WithZone("").Unmap()
+	socks, err := fs.TCPSockets()
+	if err != nil {
+		return nil
+	}
+	other := -1
+	for _, s := range socks {
+		local := s.Local.Addr().Unmap()
+		// A wildcard holds the port on every address of its family, and
+		// IPv6's (dual stack) on IPv4's too.
+		holds := local == addr || local.IsUnspecified() && (local.Is6() || addr.Is4())
+		if s.Local.Port() != uint16(p) || s.Inode == 0 || !holds {
+			continue
+		}
+		if s.UID == me {
+			return nil
+		}
+		other = s.UID
+	}
+	if other < 0 {
+		return nil
+	}
+	who := fmt.Sprintf("uid %d", other)
+	if u, err := user.LookupId(strconv.Itoa(other)); err == nil {
+		who = fmt.Sprintf("user %s (uid %d)", u.Username, other)
+	}
+	return &squatError{endpoint: net.JoinHostPort(ip, port), who: who}
 }
 
 // member is a node that joined the endpoint.

@@ -3,19 +3,30 @@ package launcher
 // The wire of a per-node launch: the nodes' connections to the endpoint.
 // Nothing is known about the other side but the token the nodes share,
 // so both prove it, bound to the TLS session as the connect-back's agents
-// do (see connectback.go):
+// do (see connectback.go). The endpoint is the party that can be
+// squatted (whoever binds its port first serves it), so it proves
+// nothing first:
 //
 //   - the endpoint shows a certificate it made when it started (no CA, no
-//     name: nobody can check it) and sends its proof first:
-//     HMAC-SHA256(token, "endpoint", EKM), EKM being 32 bytes of the TLS
-//     session's exported keying material;
-//   - the node checks that proof before it sends anything, then sends its
-//     hello with its own proof, HMAC-SHA256(token, "node", EKM).
+//     name: nobody can check it);
+//   - the node sends its proof first, HMAC-SHA256(token, "node", EKM),
+//     EKM being 32 bytes of the TLS session's exported keying material,
+//     and nothing else;
+//   - the endpoint checks it, and only then answers with its own proof,
+//     HMAC-SHA256(token, "endpoint", EKM); a wrong proof gets one
+//     refusal line that is the same whatever was sent;
+//   - the node checks the endpoint's proof, and only then says anything
+//     of itself and its job: its hello.
 //
-// A proof is worth nothing on another TLS session, so a relay in the
-// middle (two sessions) gets neither side to accept it, and neither side
-// says anything of the job to a party without the token. After the
-// handshake, the messages are JSON lines both ways.
+// So a party without the token that connects to the endpoint gets
+// nothing computed from the token, to guess it from offline. A squatter
+// of the endpoint's port does get a node's proof, which is worth nothing
+// on another TLS session (so a relay in the middle, two sessions, gets
+// neither side to accept it), but which it could try guesses of the token
+// against offline: that is why the token must hold at least 128 bits
+// (ReadToken, tokenBits), and why a node does not even dial an endpoint
+// on its own host whose port another user holds (listenEndpoint). After
+// the handshake, the messages are JSON lines both ways.
 
 import (
 	"bufio"
@@ -30,14 +41,20 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
-// The per-node wire's labels: the TLS exporter's and the endpoint's line.
+// The per-node wire's labels: the TLS exporter's, and the start of each
+// side's proof line, with the wire's version (2: the node proves first).
 const (
 	rdzvEKMLabel = "EXPORTER-gorun-rdzv-proof"
-	rdzvPrefix   = "GORUN-RDZV 1 "
+	rdzvPrefix   = "GORUN-RDZV 2 "
 )
+
+// rdzvRefusal is the endpoint's answer to a node that did not prove the
+// token: the same line whatever the node sent.
+const rdzvRefusal = "this node did not prove the job's token (a different token there or here, or another version of gorun)"
 
 // Heartbeats on the nodes' connections: each side writes one this often
 // and takes the other as gone after rdzvSilence without a line.
@@ -62,7 +79,6 @@ func rdzvProof(token []byte, side string, ekm []byte) string {
 
 // joinHello is what a node says after the endpoint proved the token.
 type joinHello struct {
-	Proof   string   `json:"proof"`
 	ID      string   `json:"id"`    // --rdzv-id
 	NProc   int      `json:"nproc"` // --nproc-per-node
 	Min     int      `json:"min"`   // --nnodes
@@ -148,7 +164,9 @@ func (l *lineConn) beat(v any, stop <-chan struct{}) {
 	}
 }
 
-// acceptNode runs the endpoint's side of the handshake on c.
+// acceptNode runs the endpoint's side of the handshake on c: it waits
+// for the node's proof, answers with its own only when that proof holds,
+// and returns the node's hello.
 func acceptNode(c net.Conn, cert tls.Certificate, token []byte) (*lineConn, joinHello, error) {
 	var h joinHello
 	t := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}})
@@ -161,25 +179,38 @@ func acceptNode(c net.Conn, cert tls.Certificate, token []byte) (*lineConn, join
 	if err != nil {
 		return nil, h, err
 	}
+	l := newLineConn(t)
+	line, err := readLine(l.r, 256)
+	if errors.Is(err, io.EOF) {
+		return nil, h, errors.New("it hung up before it proved the token")
+	} else if err != nil {
+		return nil, h, fmt.Errorf("no proof of the token: %w", err)
+	}
+	proof, ok := strings.CutPrefix(line, rdzvPrefix)
+	if !ok || !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "node", ekm))) {
+		l.send(nodeMsg{Error: rdzvRefusal})
+		if !ok {
+			return nil, h, fmt.Errorf("%w: it does not speak this gorun's per-node wire (version 2)", ErrRdzvRefused)
+		}
+		return nil, h, fmt.Errorf("%w: it does not know the job's token", ErrRdzvRefused)
+	}
+	// The node knows the token: the endpoint's proof tells it nothing new.
 	if _, err := t.Write([]byte(rdzvPrefix + rdzvProof(token, "endpoint", ekm) + "\n")); err != nil {
 		return nil, h, err
 	}
-	l := newLineConn(t)
 	if err := l.recv(&h, rdzvShake); errors.Is(err, io.EOF) {
-		return nil, h, errors.New("it hung up after the endpoint's proof of the token, as a node with another token does")
+		return nil, h, errors.New("it hung up after the endpoint's proof of the token")
 	} else if err != nil {
 		return nil, h, fmt.Errorf("no hello: %w", err)
-	}
-	if !hmac.Equal([]byte(h.Proof), []byte(rdzvProof(token, "node", ekm))) {
-		l.send(nodeMsg{Error: "the endpoint refused this node: its token is not the job's"})
-		return nil, h, fmt.Errorf("%w: it does not know the job's token", ErrRdzvRefused)
 	}
 	t.SetDeadline(time.Time{})
 	return l, h, nil
 }
 
 // dialEndpoint runs a node's side of the handshake with the endpoint at
-// addr, and sends hello (whose Proof it fills in).
+// addr: it proves the token, checks the endpoint's proof, and only then
+// sends hello. An endpoint that answers and fails (no TLS, a wrong proof,
+// a refusal) is an error wrapping ErrRdzvRefused: retrying cannot help.
 func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error) {
 	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
 	if err != nil {
@@ -192,6 +223,10 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 	t.SetDeadline(time.Now().Add(rdzvShake))
 	if err := t.Handshake(); err != nil {
 		c.Close()
+		if !transient(err) {
+			// It answered, and not as gorun's TLS does.
+			return nil, fmt.Errorf("%w: the endpoint %s is not a gorun endpoint: TLS handshake: %w", ErrRdzvRefused, addr, err)
+		}
 		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
 	cs := t.ConnectionState()
@@ -200,22 +235,47 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 		t.Close()
 		return nil, err
 	}
+	if _, err := t.Write([]byte(rdzvPrefix + rdzvProof(token, "node", ekm) + "\n")); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("send this node's proof of the token: %w", err)
+	}
 	l := newLineConn(t)
-	line, err := readLine(l.r, 256)
+	line, err := readLine(l.r, rdzvMaxLine)
 	if err != nil {
 		t.Close()
-		return nil, fmt.Errorf("no answer after the TLS handshake: %w", err)
+		return nil, fmt.Errorf("no answer to this node's proof of the token: %w", err)
 	}
 	proof, ok := strings.CutPrefix(line, rdzvPrefix)
-	if !ok || !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "endpoint", ekm))) {
+	if !ok {
 		t.Close()
-		return nil, fmt.Errorf("%w: the endpoint did not prove that it knows the job's token (a different token there or here, or not a gorun endpoint)", ErrRdzvRefused)
+		// The endpoint's refusal, word for word: a squatter's own text is
+		// not shown.
+		var m nodeMsg
+		if json.Unmarshal([]byte(line), &m) == nil && m.Error == rdzvRefusal {
+			return nil, fmt.Errorf("%w by the endpoint: %s", ErrRdzvRefused, m.Error)
+		}
+		return nil, fmt.Errorf("%w: the endpoint %s answered, but not as this gorun's per-node wire (version 2) does: another version of gorun, or not gorun", ErrRdzvRefused, addr)
 	}
-	hello.Proof = rdzvProof(token, "node", ekm)
+	if !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "endpoint", ekm))) {
+		t.Close()
+		// An endpoint with the token would have proved it: it took this
+		// node's proof, so it has the same token.
+		return nil, fmt.Errorf("%w: the endpoint %s did not prove that it knows the job's token: not this job's endpoint", ErrRdzvRefused, addr)
+	}
 	if err := l.send(hello); err != nil {
 		t.Close()
 		return nil, err
 	}
 	t.SetDeadline(time.Time{})
 	return l, nil
+}
+
+// transient reports whether err, from a connection, may not happen on
+// the next one: the other side hung up, reset or timed out (an endpoint
+// that is starting, or shedding load), rather than answered wrongly.
+func transient(err error) bool {
+	var ne net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
+		errors.As(err, &ne) && ne.Timeout()
 }

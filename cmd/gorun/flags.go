@@ -54,7 +54,7 @@ var settings = []setting{
 	{name: "nproc-per-node", kind: config.Int, def: "0", arg: "P", usage: "run `P` ranks on this node (per-node launch; without --rdzv-endpoint the same as -N)"},
 	{name: "rdzv-endpoint", kind: config.String, arg: "HOST:PORT", usage: "where the nodes of a per-node launch meet: the gorun on the node whose address HOST is serves it"},
 	{name: "rdzv-id", kind: config.String, arg: "ID", usage: "the job's name at the endpoint; a node that gives another is refused"},
-	{name: "rdzv-token-file", kind: config.String, arg: "FILE", usage: "read the secret token that the nodes of a per-node launch share from `FILE` (else $GORUN_RDZV_TOKEN); a node without it is refused"},
+	{name: "rdzv-token-file", kind: config.String, arg: "FILE", usage: "read the secret token that the nodes of a per-node launch share from `FILE` (else $GORUN_RDZV_TOKEN; 128 bits at least: openssl rand -hex 32); a node without it is refused"},
 	{name: "rdzv-last-call", kind: config.Duration, def: "2s", arg: "DURATION", usage: "elastic launch: once MIN nodes have joined, wait `DURATION` more for others before the job starts"},
 	{name: "rdzv-timeout", kind: config.Duration, def: "10m", arg: "DURATION", usage: "give up if the nodes of a per-node launch have not met within `DURATION`"},
 	{name: "summary-json", kind: config.String, arg: "FILE", usage: "write a JSON record of every rank and the first failure to `FILE`"},

@@ -14,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/internal/testusers"
 	"github.com/gorun/gorun/testhosts"
 )
 
-// perNodeToken is the tests' shared token.
-const perNodeToken = "0123456789abcdef0123456789abcdef"
+// perNodeToken is the tests' shared token: 128 bits, as `openssl rand
+// -hex 16` makes.
+const perNodeToken = "583fb551ed9ddb7abd43aa5c0d0604fa"
 
 // freePort returns a port that was free on 127.0.0.1 a moment ago.
 func freePort(t *testing.T) string {
@@ -164,14 +167,14 @@ func TestPerNodeWrongToken(t *testing.T) {
 	a := startNode(t, cmd)
 	waitListening(t, endpoint)
 	tok := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tok, []byte("ffffffffffffffffffffffffffffffff\n"), 0o600)
+	os.WriteFile(tok, []byte("703fa3f587f3a4f3e3eb015fed57ebff\n"), 0o600)
 	r := runGorun(t, 30*time.Second, nil, "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-token-file", tok, "true")
-	if r.code != 2 || !strings.Contains(r.stderr, "the endpoint did not prove that it knows the job's token") {
-		t.Errorf("node with another token: exit %d\n%s", r.code, r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, "refused by the endpoint: this node did not prove the job's token") || r.elapsed > 10*time.Second {
+		t.Errorf("node with another token: exit %d after %v, want 2 at once\n%s", r.code, r.elapsed, r.stderr)
 	}
 	if code := a.wait(t, 30*time.Second); code != 125 ||
 		!strings.Contains(a.stderr.String(), "refused a connection to the endpoint from 127.0.0.1:") ||
-		!strings.Contains(a.stderr.String(), "hung up after the endpoint's proof of the token") ||
+		!strings.Contains(a.stderr.String(), "it does not know the job's token") ||
 		!strings.Contains(a.stderr.String(), "only 1 of the 2 nodes joined") {
 		t.Errorf("endpoint: exit %d\n%s", code, a.stderr.String())
 	}
@@ -180,10 +183,51 @@ func TestPerNodeWrongToken(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "--host and --rdzv-endpoint") {
 		t.Errorf("-H with an endpoint: exit %d\n%s", r.code, r.stderr)
 	}
-	// No token at all: a usage error before anything listens.
+	// No token at all, or a weak one: a usage error before anything
+	// listens, that says how to make a token.
 	r = runGorun(t, 30*time.Second, nil, "--nnodes", "2", "--rdzv-endpoint", endpoint, "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "needs the token its nodes share") {
 		t.Errorf("no token: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runGorunIn(t, "", []string{"GORUN_RDZV_TOKEN=trustno1trustno14242"}, 30*time.Second, nil, "--nnodes", "2", "--rdzv-endpoint", endpoint, "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "token is too weak") || !strings.Contains(r.stderr, "openssl rand -hex 32") || strings.Contains(r.stderr, "trustno1") {
+		t.Errorf("a weak token: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// Row 2i of the security review: another user of the machine binds the
+// endpoint's port before the job's nodes start. Each node's gorun says at
+// once who holds it, and proves nothing to it, rather than joining it and
+// waiting for --rdzv-timeout.
+func TestPerNodeSquattedEndpoint(t *testing.T) {
+	t.Parallel()
+	testenv.NeedTool(t, "perl", "perl-base")
+	squatter := testusers.Create(t, "gsquat")
+	port := freePort(t)
+	endpoint := "127.0.0.1:" + port
+	cmd := squatter.Command("perl", "-MIO::Socket::INET", "-e",
+		`$s = IO::Socket::INET->new(LocalAddr => "0.0.0.0", LocalPort => $ARGV[0], Listen => 5, ReuseAddr => 1) or die "bind: $!\n"; `+
+			`$| = 1; print "bound\n"; while (my $c = $s->accept) { print "accepted\n"; push @held, $c }`, port)
+	sq := startNode(t, cmd)
+	waitUntil(t, 20*time.Second, squatter.Name+" bound to port "+port, func() bool {
+		select {
+		case <-sq.done:
+			t.Fatalf("the squatter ended: %s", sq.stderr.String())
+		default:
+		}
+		return strings.Contains(sq.stdout.String(), "bound")
+	})
+	want := fmt.Sprintf("the rendezvous endpoint %s is held by user %s (uid %d), not by a gorun of yours: choose another port with --rdzv-endpoint",
+		endpoint, squatter.Name, squatter.UID)
+	for _, node := range []string{"the first node", "the second node"} {
+		r := runGorunIn(t, "", []string{"GORUN_RDZV_TOKEN=" + perNodeToken}, 60*time.Second, nil,
+			"--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-timeout", "30s", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, want) || r.elapsed > 5*time.Second {
+			t.Errorf("%s: exit %d after %v; want 125 within 5 s and %q\n%s", node, r.code, r.elapsed, want, r.stderr)
+		}
+	}
+	if strings.Contains(sq.stdout.String(), "accepted") {
+		t.Errorf("a node connected to %s's port", squatter.Name)
 	}
 }
 
