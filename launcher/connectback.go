@@ -14,6 +14,11 @@ package launcher
 //     session's exported keying material (RFC 8446 7.5). A proof is worth
 //     nothing on another connection, so neither relaying nor reflecting
 //     one gets a stranger accepted as a node;
+//   - the head answers the proof with a line (headAccepts, headRefuses),
+//     so that an agent knows it was taken before it goes on: a flood at
+//     the head's door may close a connection at any point until then,
+//     and the agent tries again (dialHead) rather than take that for the
+//     head's end;
 //   - after the handshake, TLS keeps the control frames (the job secret,
 //     argv, -x values) private and tamper-evident.
 //
@@ -31,9 +36,11 @@ import (
 	"fmt"
 	"github.com/gorun/gorun/internal/selfcert"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -46,18 +53,31 @@ const (
 	HeadCertEnv = "GORUN_HEAD_CERT"
 )
 
-// The connect-back's labels: the TLS exporter's, and the agent's line.
+// The connect-back's labels: the TLS exporter's, the agent's line, and
+// the head's answers to it.
 const (
 	ekmLabel    = "EXPORTER-gorun-agent-proof"
 	agentPrefix = "GORUN-AGENT "
+	headAccepts = "GORUN-HEAD accepted"
+	headRefuses = "GORUN-HEAD refused"
 )
 
 // Timeouts of the connect-back handshake: the head gives each connection
 // this long to prove itself; the agent waits longer, since it may queue
-// behind others in the head's backlog.
+// behind others in the head's backlog, and tries again for as long when
+// the head's door closes its connection (dialHead).
 const (
 	headHandshakeTimeout  = 5 * time.Second
 	agentHandshakeTimeout = 40 * time.Second
+)
+
+// The agent's pauses between tries, when the head's door closed its
+// connection: the first, doubled up to the last, each drawn at random
+// between half and all of it so that agents that a flood pushed out
+// together do not come back together.
+const (
+	agentRetryFirst = 20 * time.Millisecond
+	agentRetryMax   = time.Second
 )
 
 // headIdentity is the head's certificate for one job.
@@ -92,11 +112,14 @@ var (
 )
 
 // acceptAgent runs the head's side of the connect-back on c: TLS with id's
-// certificate, then the agent's proof. It returns the node the agent
-// proved to be and the TLS connection to speak the control protocol on.
+// certificate, then the agent's proof; a wrong one is answered with
+// headRefuses. It returns the node the agent proved to be and the TLS
+// connection to speak the control protocol on, once welcomeAgent has
+// told the agent so.
 func acceptAgent(c net.Conn, id *headIdentity, key []byte) (string, *tls.Conn, error) {
 	c.SetDeadline(time.Now().Add(headHandshakeTimeout))
-	t := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{id.cert}, MinVersion: tls.VersionTLS13})
+	// No session tickets: an agent never resumes, and would only read them.
+	t := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{id.cert}, MinVersion: tls.VersionTLS13, SessionTicketsDisabled: true})
 	if err := t.Handshake(); err != nil {
 		return "", nil, fmt.Errorf("%w (TLS: %v)", errNotAgent, err)
 	}
@@ -116,10 +139,22 @@ func acceptAgent(c net.Conn, id *headIdentity, key []byte) (string, *tls.Conn, e
 		return "", nil, err
 	}
 	if !hmac.Equal(mac, agentProof(key, node, ekm)) {
+		io.WriteString(t, headRefuses+"\n")
 		return "", nil, errWrongKey
 	}
 	c.SetDeadline(time.Time{})
 	return node, t, nil
+}
+
+// welcomeAgent answers an agent's proof that acceptAgent took with
+// headAccepts: from then on the agent takes t for its control channel.
+func welcomeAgent(t *tls.Conn) error {
+	t.SetWriteDeadline(time.Now().Add(headHandshakeTimeout))
+	defer t.SetWriteDeadline(time.Time{})
+	if _, err := io.WriteString(t, headAccepts+"\n"); err != nil {
+		return fmt.Errorf("%w: it left before the head answered its proof: %v", errNotAgent, err)
+	}
+	return nil
 }
 
 // readLine reads one line of at most max bytes, byte by byte, so that
@@ -176,14 +211,77 @@ func DialHead(addrs, node string) (net.Conn, error) {
 	return nil, fmt.Errorf("reach the head: %w", errors.Join(errs...))
 }
 
-// dialHead connects to addr and runs the agent's side of the connect-back.
+// dialHead connects to addr and runs the agent's side of the connect-back,
+// trying again while the head's door closes the connection before the
+// head took the agent, for agentHandshakeTimeout in all.
 func dialHead(addr string, key []byte, pin, node string) (*tls.Conn, error) {
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	return dialHeadWithin(addr, key, pin, node, agentHandshakeTimeout)
+}
+
+// doorClosed is an attempt that the other side closed (EOF, a reset, a
+// broken pipe) before the head's certificate was checked, or that a
+// proven head closed before it answered the proof: a flood at the head's
+// door pushes out connections so, and the next attempt may pass.
+type doorClosed struct{ err error }
+
+func (e doorClosed) Error() string { return e.err.Error() }
+func (e doorClosed) Unwrap() error { return e.err }
+
+// closedByPeer reports whether err is the other side closing or
+// resetting the connection.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
+}
+
+// dialHeadWithin is dialHead, trying for within in all. Only a closed
+// connection (doorClosed) is tried again, after a pause (agentRetryFirst,
+// doubled up to agentRetryMax, drawn at random); a head that cannot be
+// reached, a peer that is not the head (ErrNotHead) and a refused proof
+// end it at once. When within is spent, the error says that the door
+// kept closing the connection, how often, and the last way it did.
+func dialHeadWithin(addr string, key []byte, pin, node string, within time.Duration) (*tls.Conn, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	pause := agentRetryFirst
+	var closed doorClosed
+	kept := func(closes int) error {
+		return fmt.Errorf("the head's door kept closing this connection before the head took it (%d tries in %v; the last: %v): another process may be flooding it",
+			closes, time.Since(start).Round(time.Millisecond), closed.err)
+	}
+	for tries := 1; ; tries++ {
+		t, err := dialHeadOnce(ctx, addr, key, pin, node)
+		if err == nil {
+			return t, nil
+		}
+		if !errors.As(err, &closed) {
+			var ne net.Error
+			switch {
+			case tries == 1:
+			case ctx.Err() != nil || errors.As(err, &ne) && ne.Timeout():
+				return nil, kept(tries - 1) // the bound ran out in the last try
+			default:
+				err = fmt.Errorf("%w (after the head's door closed %d tries, the last: %v)", err, tries-1, closed.err)
+			}
+			return nil, err
+		}
+		wait := pause/2 + rand.N(pause/2+1)
+		if deadline, _ := ctx.Deadline(); time.Until(deadline) < wait {
+			return nil, kept(tries)
+		}
+		time.Sleep(wait)
+		pause = min(2*pause, agentRetryMax)
+	}
+}
+
+// dialHeadOnce makes one attempt of dialHead, within ctx.
+func dialHeadOnce(ctx context.Context, addr string, key []byte, pin, node string) (*tls.Conn, error) {
+	d := net.Dialer{Timeout: 3 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), agentHandshakeTimeout)
-	defer cancel()
 	t := tls.Client(c, &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// The pin below is the whole verification: no CA, no name.
@@ -208,23 +306,46 @@ func dialHead(addr string, key []byte, pin, node string) (*tls.Conn, error) {
 		case errors.Is(err, ErrNotHead):
 		case errors.As(err, &alert) || errors.As(err, &rec):
 			err = fmt.Errorf("%w: it does not speak gorun's TLS (%v)", ErrNotHead, err)
-		case errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.EOF):
+		case closedByPeer(err):
+			// Before the pin check, or just after it: either way
+			// nothing was sent that the other side could use.
+			err = doorClosed{fmt.Errorf("TLS handshake: %w", err)}
+		case errors.As(err, &ne) && ne.Timeout():
 			err = fmt.Errorf("TLS handshake: %w", err)
 		default:
 			err = fmt.Errorf("%w: TLS handshake: %v", ErrNotHead, err)
 		}
 		return nil, err
 	}
+	// The head is proven from here on: its answer to the proof says
+	// whether it took this agent.
 	cs := t.ConnectionState()
 	ekm, err := cs.ExportKeyingMaterial(ekmLabel, nil, 32)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	deadline, _ := ctx.Deadline()
+	t.SetDeadline(deadline)
+	_, err = io.WriteString(t, agentPrefix+node+" "+hex.EncodeToString(agentProof(key, node, ekm))+"\n")
+	var answer string
 	if err == nil {
-		t.SetWriteDeadline(time.Now().Add(agentHandshakeTimeout))
-		_, err = io.WriteString(t, agentPrefix+node+" "+hex.EncodeToString(agentProof(key, node, ekm))+"\n")
-		t.SetWriteDeadline(time.Time{})
+		answer, err = readLine(t, 64)
+	}
+	switch {
+	case err != nil && closedByPeer(err):
+		err = doorClosed{fmt.Errorf("after the TLS handshake: %w", err)}
+	case err != nil:
+		err = fmt.Errorf("no answer from the head to this agent's proof: %w", err)
+	case answer == headRefuses:
+		err = fmt.Errorf("the head refused this agent's proof: $%s is not this job's key", AgentKeyEnv)
+	case answer != headAccepts:
+		err = fmt.Errorf("the head answered %q to this agent's proof", answer)
 	}
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
+	t.SetDeadline(time.Time{})
 	return t, nil
 }

@@ -6,8 +6,8 @@ package launcher
 // The head is the real SlurmStarter (NewSlurmStarter with --iface lo, so
 // that it listens on 127.0.0.1 only): start() makes the job's key and
 // certificate, listens, and runs "srun" with SrunArgs and the key and the
-// fingerprint in its environment; serveAgents accepts with its limit of
-// maxHandshakes in flight; N goroutines call StartAgent, one per node, as
+// fingerprint in its environment; serveAgents accepts within its door's
+// bounds (door.go); N goroutines call StartAgent, one per node, as
 // head_agents.go does. The "srun" on PATH is a link to this test binary,
 // which, marked by connectBackAgentsEnv, becomes all N agents in one
 // process (connectBackAgents): it reads srun's arguments and environment

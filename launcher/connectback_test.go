@@ -71,7 +71,7 @@ func startTestHead(t *testing.T) *testHead {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		serveAgents(ln, h.id, h.key, h.refused, handshakeLimit(2), func(node string, c net.Conn) { h.arrived <- arrival{node, c} })
+		serveAgents(ln, h.id, h.key, newDoor(2, h.refused), func(node string, c net.Conn) { h.arrived <- arrival{node, c} })
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return h
@@ -426,7 +426,7 @@ func floodHead() {
 	}
 	fmt.Printf("%s %s %s\n", ln.Addr(), id.fingerprint, hex.EncodeToString(key))
 	r := &refusals{w: os.Stderr}
-	go serveAgents(ln, id, key, r, handshakeLimit(0), func(node string, c net.Conn) { fmt.Printf("arrived %s\n", node) })
+	go serveAgents(ln, id, key, newDoor(0, r), func(node string, c net.Conn) { fmt.Printf("arrived %s\n", node) })
 	io.Copy(io.Discard, os.Stdin)
 	ln.Close()
 	r.summary()
@@ -508,7 +508,7 @@ func BenchmarkConnectBack(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	go serveAgents(ln, id, key, &refusals{w: io.Discard}, handshakeLimit(0), func(node string, c net.Conn) { c.Close() })
+	go serveAgents(ln, id, key, newDoor(0, &refusals{w: io.Discard}), func(node string, c net.Conn) { c.Close() })
 	for b.Loop() {
 		b.StopTimer()
 		os.Setenv(AgentKeyEnv, hex.EncodeToString(key))

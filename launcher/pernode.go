@@ -451,19 +451,14 @@ func (s *nodeServer) close() {
 	})
 }
 
-// serve admits nodes until the listener closes.
+// serve admits nodes until the listener closes, with at most a door's
+// handshakes in flight (door.go, newDoor: the job's MAX nodes and
+// doorMargin more; from one address, MAX and at least doorMargin).
 func (s *nodeServer) serve() {
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-			continue
-		}
-		go s.admit(c)
-	}
+	newDoor(s.p.MaxNodes, &s.refused).serve(s.ln, func(c net.Conn) func() {
+		s.admit(c)
+		return nil
+	})
 }
 
 // admit runs the handshake with a node and puts it in the lobby.
@@ -476,7 +471,7 @@ func (s *nodeServer) admit(c net.Conn) {
 		return
 	}
 	if err != nil {
-		s.refused.add(c.RemoteAddr(), err.Error())
+		s.refused.add(c.RemoteAddr(), refusal(c, err))
 		c.Close()
 		return
 	}

@@ -41,7 +41,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -275,7 +274,5 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 // that is starting, or shedding load), rather than answered wrongly.
 func transient(err error) bool {
 	var ne net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE) ||
-		errors.As(err, &ne) && ne.Timeout()
+	return closedByPeer(err) || errors.Is(err, net.ErrClosed) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -106,8 +105,8 @@ func (s *SlurmStarter) start() error {
 			if err != nil {
 				s.why = "srun: " + err.Error()
 			}
+			s.door.close() // its summary of refusals, before the head may end
 			close(s.dead)
-			s.door.close()
 		}()
 	})
 	return s.err
@@ -126,12 +125,13 @@ type agentDoor struct {
 	waiting map[string]chan net.Conn
 	arrived map[string]net.Conn
 	refused refusals
+	served  chan struct{} // closed once serving ended and the refusals are summed up
 }
 
 // openAgentDoor listens on ip for the agents of nodes nodes, with a fresh
 // key and certificate, and serves them until close.
 func openAgentDoor(ip string, nodes int, stderr io.Writer) (*agentDoor, error) {
-	d := &agentDoor{key: make([]byte, 32), waiting: map[string]chan net.Conn{}, arrived: map[string]net.Conn{}}
+	d := &agentDoor{key: make([]byte, 32), waiting: map[string]chan net.Conn{}, arrived: map[string]net.Conn{}, served: make(chan struct{})}
 	d.refused.w = stderr
 	if _, err := rand.Read(d.key); err != nil {
 		return nil, err
@@ -144,7 +144,8 @@ func openAgentDoor(ip string, nodes int, stderr io.Writer) (*agentDoor, error) {
 		return nil, fmt.Errorf("listen for agents on %s: %w", ip, err)
 	}
 	go func() {
-		serveAgents(d.ln, d.id, d.key, &d.refused, handshakeLimit(nodes), d.arrive)
+		defer close(d.served)
+		serveAgents(d.ln, d.id, d.key, newDoor(nodes, &d.refused), d.arrive)
 		d.refused.summary()
 	}()
 	return d, nil
@@ -156,66 +157,37 @@ func (d *agentDoor) env() []string {
 	return []string{AgentKeyEnv + "=" + hex.EncodeToString(d.key), HeadCertEnv + "=" + d.id.fingerprint}
 }
 
-// close stops taking agents; those that came in keep their connections.
-func (d *agentDoor) close() { d.ln.Close() }
-
-// handshakeLimit bounds the connect-back handshakes in flight for a job
-// of nodes agents: a new connection beyond it closes the oldest unproven
-// one, so that a flood of silent connections cannot keep a genuine agent
-// waiting behind them. The bound leaves room for every agent at once
-// plus a margin: srun starts them together, and the head finishes about
-// 3,000 handshakes a second per core (bench/connectback.sh), so with a
-// fixed 64 a burst of a few hundred agents lost the latest of them.
-func handshakeLimit(nodes int) int { return nodes + 64 }
+// close stops taking agents, and returns once the refusals are summed up;
+// the agents that came in keep their connections.
+func (d *agentDoor) close() {
+	d.ln.Close()
+	<-d.served
+}
 
 // serveAgents accepts agents' connections on ln until it is closed, runs
-// the head's side of the connect-back on each (at most maxHandshakes at
-// once: handshakeLimit), and hands each agent that proved itself to arrive. Accept errors
-// (out of descriptors, a connection aborted) are waited out with a
-// growing pause, as net/http's server does, never taken as the end.
-// Refusals go to refused, which says the first and counts the rest.
-func serveAgents(ln net.Listener, id *headIdentity, key []byte, refused *refusals, maxHandshakes int, arrive func(node string, c net.Conn)) {
-	var mu sync.Mutex
-	inflight := map[net.Conn]time.Time{}
-	var pause time.Duration
-	for {
-		c, err := ln.Accept()
+// the head's side of the connect-back on each that d admits (d bounds the
+// handshakes in flight: door.go), and hands each agent that proved itself
+// to arrive, once out of flight (so that no flood closes it) and told so.
+// Refusals go to d's refusals, which say the first and count the rest.
+func serveAgents(ln net.Listener, id *headIdentity, key []byte, d *door, arrive func(node string, c net.Conn)) {
+	refuse := func(c net.Conn, err error) {
+		d.refused.add(c.RemoteAddr(), refusal(c, err))
+		c.Close()
+	}
+	d.serve(ln, func(c net.Conn) func() {
+		node, t, err := acceptAgent(c, id, key)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			refused.add(nil, "accept: "+err.Error())
-			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
-			time.Sleep(pause)
-			continue
+			refuse(c, err)
+			return nil
 		}
-		pause = 0
-		mu.Lock()
-		if len(inflight) >= maxHandshakes {
-			var oldest net.Conn
-			for o, t := range inflight {
-				if oldest == nil || t.Before(inflight[oldest]) {
-					oldest = o
-				}
-			}
-			delete(inflight, oldest)
-			oldest.Close() // its handshake fails, and is counted
-		}
-		inflight[c] = time.Now()
-		mu.Unlock()
-		go func() {
-			node, t, err := acceptAgent(c, id, key)
-			mu.Lock()
-			delete(inflight, c)
-			mu.Unlock()
-			if err != nil {
-				refused.add(c.RemoteAddr(), err.Error())
-				c.Close()
+		return func() {
+			if err := welcomeAgent(t); err != nil {
+				refuse(c, err)
 				return
 			}
 			arrive(node, t)
-		}()
-	}
+		}
+	})
 }
 
 // arrive hands an agent's connection to the StartAgent waiting for its
