@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -135,39 +136,11 @@ func TestFloodAnotherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, port, _ := net.SplitHostPort(info.Addrs[0])
-	// Holds n connections that sent a byte, reopening each one the
-	// server closes, every 50 ms; says "holding" once it held them all.
-	const flood = `import socket, sys, time
-addr, n = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3])
-socks, said = [], False
-while True:
-    while len(socks) < n:
-        try:
-            s = socket.create_connection(addr)
-            s.sendall(b"\x16")
-            s.setblocking(False)
-            socks.append(s)
-        except OSError:
-            break
-    if not said and len(socks) == n:
-        print("holding", flush=True)
-        said = True
-    time.sleep(0.05)
-    alive = []
-    for s in socks:
-        try:
-            if s.recv(512) == b"":
-                s.close()
-                continue
-        except BlockingIOError:
-            pass
-        except OSError:
-            s.close()
-            continue
-        alive.append(s)
-    socks = alive
-`
-	cmd := attacker.Command(python, "-c", flood, host, port, "100")
+	flood, err := os.ReadFile(filepath.Join("testdata", "flood.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := attacker.Command(python, "-c", string(flood), host, port, "100")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -57,24 +57,7 @@ type arrival struct {
 
 func startTestHead(t *testing.T) *testHead {
 	t.Helper()
-	id, err := newHeadIdentity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &testHead{addr: ln.Addr().String(), id: id, key: []byte("0123456789abcdef0123456789abcdef"),
-		arrived: make(chan arrival, 8), log: &lockedBuffer{}}
-	h.refused = &refusals{w: h.log}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		serveAgents(ln, h.id, h.key, newDoor(2, h.refused), func(node string, c net.Conn) { h.arrived <- arrival{node, c} })
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return h
+	return startTestHeadOn(t, func(ln net.Listener, _ *headIdentity) net.Listener { return ln })
 }
 
 // agentEnv sets what srun's environment gives an agent of h.

@@ -15,39 +15,9 @@ import (
 	"github.com/gorun/gorun/jobs"
 )
 
-// floodPy holds argv[3] connections to argv[1]:argv[2], each of which
-// sends a byte (the start of a TLS record), and reopens every one the
-// server closes, every 50 ms; it says "holding" once it held them all.
-const floodPy = `import socket, sys, time
-addr, n = (sys.argv[1], int(sys.argv[2])), int(sys.argv[3])
-socks, said = [], False
-while True:
-    while len(socks) < n:
-        try:
-            s = socket.create_connection(addr)
-            s.sendall(b"\x16")
-            s.setblocking(False)
-            socks.append(s)
-        except OSError:
-            break
-    if not said and len(socks) == n:
-        print("holding", flush=True)
-        said = True
-    time.sleep(0.05)
-    alive = []
-    for s in socks:
-        try:
-            if s.recv(512) == b"":
-                s.close()
-                continue
-        except BlockingIOError:
-            pass
-        except OSError:
-            s.close()
-            continue
-        alive.append(s)
-    socks = alive
-`
+// floodPy is package jobs' flood script, which another user runs against
+// a job's socket.
+var floodPy = filepath.Join("..", "..", "jobs", "testdata", "flood.py")
 
 // jobInfo returns the job file of the job j runs.
 func (j *liveJob) jobInfo() jobs.Info {
@@ -78,7 +48,11 @@ func TestStatusUnderFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flood := attacker.Command(python, "-c", floodPy, host, port, "100")
+	script, err := os.ReadFile(floodPy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flood := attacker.Command(python, "-c", string(script), host, port, "100")
 	out, err := flood.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
