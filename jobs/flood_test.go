@@ -1,7 +1,6 @@
 package jobs
 
 import (
-	"bufio"
 	"context"
 	"net"
 	"os"
@@ -140,28 +139,7 @@ func TestFloodAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := attacker.Command(python, "-c", string(flood), host, port, "100")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-	}()
-	select {
-	case l := <-line:
-		if strings.TrimSpace(l) != "holding" {
-			t.Fatalf("the flood said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the flood did not start within 30 s")
-	}
+	testenv.StartReady(t, attacker.Command(python, "-c", string(flood), host, port, "100"), "holding", 30*time.Second)
 	callN(t, info, 5)
 	if s.refused.Load() == 0 {
 		t.Error("no connection of the other user was refused")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"net"
 	"os"
 	"os/exec"
@@ -52,28 +51,7 @@ func TestStatusUnderFlood(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	flood := attacker.Command(python, "-c", string(script), host, port, "100")
-	out, err := flood.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := flood.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { flood.Process.Kill(); flood.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		l, _ := bufio.NewReader(out).ReadString('\n')
-		line <- l
-	}()
-	select {
-	case l := <-line:
-		if strings.TrimSpace(l) != "holding" {
-			t.Fatalf("the flood said %q", l)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the flood did not start within 30 s")
-	}
+	testenv.StartReady(t, attacker.Command(python, "-c", string(script), host, port, "100"), "holding", 30*time.Second)
 	for _, sub := range []string{"status", "stacks"} {
 		r := j.sub(sub)
 		if r.code != 0 || !strings.Contains(r.stdout, "rank") {

@@ -17,9 +17,12 @@
 package testenv
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
+	"time"
 )
 
 // ci reports whether the CI environment variable is set to anything but
@@ -97,5 +100,33 @@ func SkipShort(t testing.TB, why string) {
 	t.Helper()
 	if testing.Short() && !ci() {
 		t.Skip("-short: " + why)
+	}
+}
+
+// StartReady starts cmd, waits up to limit for the first line it prints,
+// which must be ready (a fixture that says it is in place, such as a flood
+// that holds its connections), and kills it when t ends.
+func StartReady(t testing.TB, cmd *exec.Cmd, ready string, limit time.Duration) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- l
+	}()
+	select {
+	case l := <-line:
+		if strings.TrimSpace(l) != ready {
+			t.Fatalf("%s said %q, not %q", cmd.Path, l, ready)
+		}
+	case <-time.After(limit):
+		t.Fatalf("%s did not say %q within %v", cmd.Path, ready, limit)
 	}
 }
