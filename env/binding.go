@@ -92,6 +92,9 @@ type BindingOptions struct {
 	// or GPUs that exist only for Slurm): with GPUBindSingle, local rank
 	// i of the ranks without a GPU gets the i-th of them (round robin).
 	Unseen []string
+	// Launcher is the launcher whose contract the ranks keep: where it
+	// sets no threads ([Launcher.SetsThreads]), neither does Bindings.
+	Launcher Launcher
 	// NodeCPUs is the number of CPUs the node grants the job
 	// (SLURM_CPUS_ON_NODE), 0 when unknown: unbound ranks get
 	// OMP_NUM_THREADS of an even share of them.
@@ -128,7 +131,8 @@ type RankHints struct {
 //   - ranks without a GPU, with GPUBindSingle: one entry of o.Unseen;
 //   - when bound to CPUs: OMP_NUM_THREADS, the rank's CPUs divided by the
 //     number of ranks bound to the very same set (1 at least); unbound,
-//     an even share of o.NodeCPUs when known.
+//     an even share of o.NodeCPUs when known; none where o.Launcher sets
+//     no threads (mpirun, mpiexec).
 //
 // What the user set is kept, and the rank's Note says so.
 func Bindings(plan []topology.RankBinding, o BindingOptions) (hints []RankHints, node string) {
@@ -184,6 +188,7 @@ func Bindings(plan []topology.RankBinding, o BindingOptions) (hints []RankHints,
 			notes = append(notes, "sees only "+o.Unseen[i%len(o.Unseen)]+" of the inherited "+CUDAVisibleDevices+", as device 0 (--gpu-bind single)")
 		}
 		switch {
+		case !o.Launcher.SetsThreads():
 		case !b.CPUs.IsEmpty():
 			set(OMPNumThreads, strconv.Itoa(max(1, b.CPUs.Len()/users[b.CPUs.String()])))
 		case o.NodeCPUs > 0:

@@ -321,6 +321,11 @@ func TestBindingsUnbound(t *testing.T) {
 	if got := join(BindingOptions{NodeCPUs: 8, User: map[string]bool{OMPNumThreads: true}}); got != "||" {
 		t.Errorf("8 CPUs, the user's OMP_NUM_THREADS: %q", got)
 	}
+	for _, l := range []Launcher{MPIRun, MPIExec} {
+		if got := join(BindingOptions{NodeCPUs: 8, Launcher: l}); got != "||" {
+			t.Errorf("8 CPUs under %s, which sets no threads: %q", l, got)
+		}
+	}
 }
 
 func TestParseGPUBind(t *testing.T) {

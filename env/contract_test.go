@@ -92,6 +92,7 @@ func TestDefaultThreads(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name     string
+		launcher Launcher
 		base     []string
 		local    int
 		binding  []string
@@ -99,18 +100,23 @@ func TestDefaultThreads(t *testing.T) {
 		want     string // "" = unset
 		defaults bool
 	}{
-		{"unbound, shared host", []string{"PATH=/bin"}, 4, nil, nil, "1", true},
-		{"one rank on the host", nil, 1, nil, nil, "", false},
-		{"the agent's environment", []string{"OMP_NUM_THREADS=8"}, 4, nil, nil, "8", false},
-		{"-x", nil, 4, nil, []string{"OMP_NUM_THREADS=2"}, "2", false},
-		{"-x over the agent's", []string{"OMP_NUM_THREADS=8"}, 4, nil, []string{"OMP_NUM_THREADS=2"}, "2", false},
-		{"bound", nil, 4, []string{"OMP_NUM_THREADS=6"}, nil, "6", false},
-		{"bound, one rank", nil, 1, []string{"OMP_NUM_THREADS=24"}, nil, "24", false},
-		{"bound, -x wins", nil, 4, []string{"OMP_NUM_THREADS=6"}, []string{"OMP_NUM_THREADS=3"}, "3", false},
-		{"set empty by the user", []string{"OMP_NUM_THREADS="}, 2, nil, nil, "", false},
+		{"unbound, shared host", Gorun, []string{"PATH=/bin"}, 4, nil, nil, "1", true},
+		{"one rank on the host", Gorun, nil, 1, nil, nil, "", false},
+		{"the agent's environment", Gorun, []string{"OMP_NUM_THREADS=8"}, 4, nil, nil, "8", false},
+		{"-x", Gorun, nil, 4, nil, []string{"OMP_NUM_THREADS=2"}, "2", false},
+		{"-x over the agent's", Gorun, []string{"OMP_NUM_THREADS=8"}, 4, nil, []string{"OMP_NUM_THREADS=2"}, "2", false},
+		{"bound", Gorun, nil, 4, []string{"OMP_NUM_THREADS=6"}, nil, "6", false},
+		{"bound, one rank", Gorun, nil, 1, []string{"OMP_NUM_THREADS=24"}, nil, "24", false},
+		{"bound, -x wins", Gorun, nil, 4, []string{"OMP_NUM_THREADS=6"}, []string{"OMP_NUM_THREADS=3"}, "3", false},
+		{"set empty by the user", Gorun, []string{"OMP_NUM_THREADS="}, 2, nil, nil, "", false},
+		// Open MPI's mpirun and Hydra leave it unset; torchrun sets it.
+		{"mpirun", MPIRun, []string{"PATH=/bin"}, 4, nil, nil, "", false},
+		{"mpiexec", MPIExec, []string{"PATH=/bin"}, 4, nil, nil, "", false},
+		{"mpirun, -x", MPIRun, nil, 4, nil, []string{"OMP_NUM_THREADS=2"}, "2", false},
+		{"torchrun", TorchRun, []string{"PATH=/bin"}, 4, nil, nil, "1", true},
 	}
 	for _, tt := range tests {
-		r := Rank{WorldSize: 8, LocalWorldSize: tt.local, Binding: tt.binding}
+		r := Rank{Launcher: tt.launcher, WorldSize: 8, LocalWorldSize: tt.local, Binding: tt.binding}
 		if got := DefaultThreads(tt.base, r, tt.exports); got != tt.defaults {
 			t.Errorf("%s: DefaultThreads = %v, want %v", tt.name, got, tt.defaults)
 		}

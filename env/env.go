@@ -9,8 +9,32 @@ import (
 	"strings"
 )
 
+// Launcher is the launcher whose contract a rank's environment keeps:
+// gorun's own (""), or that of the personality whose command line gorun
+// took (gorun mpirun ...). Under a personality a rank gets no variable of
+// gorun's making that the peer leaves unset (OMP_NUM_THREADS under mpirun
+// and mpiexec).
+type Launcher string
+
+// The launchers whose contracts gorun keeps.
+const (
+	Gorun    Launcher = ""         // plain gorun
+	MPIRun   Launcher = "mpirun"   // gorun mpirun: Open MPI's
+	MPIExec  Launcher = "mpiexec"  // gorun mpiexec: MPICH's Hydra
+	TorchRun Launcher = "torchrun" // gorun torchrun
+)
+
+// SetsThreads reports whether l gives ranks OMP_NUM_THREADS of its own:
+// gorun and torchrun do (see [DefaultThreads] and [Bindings]); Open MPI's
+// mpirun and Hydra leave it unset, so that a hybrid MPI+OpenMP program
+// takes its threads from the user's environment or OpenMP's default.
+func (l Launcher) SetsThreads() bool { return l != MPIRun && l != MPIExec }
+
 // Rank is everything a rank's environment is computed from.
 type Rank struct {
+	// Launcher is the launcher whose contract the rank's environment
+	// keeps; "" = gorun's.
+	Launcher       Launcher
 	JobID          string // gorun's job id, also TORCHELASTIC_RUN_ID unless RunID is set
 	RunID          string // TORCHELASTIC_RUN_ID: a per-node launch's --rdzv-id; "" = JobID
 	Rank           int    // global rank, 0-based
@@ -357,14 +381,16 @@ func Vars(r Rank) []string {
 }
 
 // DefaultThreads reports whether [Build] gives rank r OMP_NUM_THREADS=1,
-// as torchrun does when it starts more than one rank per node: r shares
-// its host with other ranks (r.LocalWorldSize > 1), and neither base (the
-// agent's environment), nor its binding (r.Binding: bound ranks get their
-// CPUs' share), nor exports (-x) set OMP_NUM_THREADS. Without it each
-// rank's OpenMP and torch intra-op pool would take every core of the host,
-// and ranks that share a host oversubscribe it.
+// as torchrun does when it starts more than one rank per node: r's
+// launcher sets threads at all ([Launcher.SetsThreads]: not under mpirun
+// and mpiexec), r shares its host with other ranks (r.LocalWorldSize > 1),
+// and neither base (the agent's environment), nor its binding (r.Binding:
+// bound ranks get their CPUs' share), nor exports (-x) set
+// OMP_NUM_THREADS. Without it each rank's OpenMP and torch intra-op pool
+// would take every core of the host, and ranks that share a host
+// oversubscribe it.
 func DefaultThreads(base []string, r Rank, exports []string) bool {
-	if r.LocalWorldSize <= 1 {
+	if r.LocalWorldSize <= 1 || !r.Launcher.SetsThreads() {
 		return false
 	}
 	for _, l := range [][]string{base, r.Binding, exports} {

@@ -73,7 +73,8 @@ func (p *launchPlan) rank(i int) env.Rank {
 		vars = p.hints[i].Vars
 	}
 	return env.Rank{
-		JobID: l.JobID, RunID: l.RunID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
+		Launcher: env.Launcher(l.Personality),
+		JobID:    l.JobID, RunID: l.RunID, Rank: s.Rank, WorldSize: l.WorldSize, LocalRank: s.LocalRank,
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
 		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,

@@ -148,6 +148,7 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 	}
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || gpus == 0)) {
 		o, granted := env.NewBindingOptions(gpuBind, all)
+		o.Launcher = env.Launcher(l.Personality)
 		if gpus < 0 {
 			gpus = topology.LocalGPUs()
 		}
@@ -179,7 +180,7 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 	for i, s := range l.Ranks {
 		ranks[i] = s.Rank
 	}
-	nb, err := BindNode(n, l.Host, ranks, l.Bind, all)
+	nb, err := BindNode(n, l.Host, ranks, l.Bind, env.Launcher(l.Personality), all)
 	if err != nil {
 		return nil, nil, "", topo, err
 	}
@@ -200,10 +201,11 @@ type NodeBindings struct {
 // BindNode plans the bindings of the ranks ranks (job-wide numbers, in
 // local rank order) on node n, named host, as b asks, for ranks whose
 // environment is environ (the agent's, then the -x exports: the GPUs a
-// visibility variable grants, the variables the user set). The agent
+// visibility variable grants, the variables the user set), under the
+// contract of launcher lch (env.Launcher: "" for gorun's). The agent
 // calls it for the ranks it starts; `gorun topo --plan` for a recorded
 // machine.
-func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, environ []string) (NodeBindings, error) {
+func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, lch env.Launcher, environ []string) (NodeBindings, error) {
 	var nb NodeBindings
 	to, err := topology.ParseBindTo(b.To)
 	if err != nil {
@@ -214,6 +216,7 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, enviro
 		return nb, err
 	}
 	o, granted := env.NewBindingOptions(gpuBind, environ)
+	o.Launcher = lch
 	vis, narrowed, err := jobGPUs(n, b.GPUs, environ)
 	// MIG instances, which gorun does not place: no rank gets a GPU of its
 	// own, and they get the list as it is (one instance each with

@@ -84,13 +84,18 @@ func TestDefaultThreadsNote(t *testing.T) {
 		counts []int // by node of the test head's two
 		want   string
 	}{
-		{"every host", []int{2, 2}, "gorun: note: OMP_NUM_THREADS=1 for the 2 unbound ranks per host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"},
-		{"one host", []int{2, 0}, "gorun: note: OMP_NUM_THREADS=1 for the 2 unbound ranks per host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"},
-		{"uneven", []int{2, 1}, "gorun: note: OMP_NUM_THREADS=1 for the 3 unbound ranks that share a host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"},
+		{"every host", []int{2, 2}, "gorun: note: OMP_NUM_THREADS=1 for the 2 unbound ranks per host, gorun's default where ranks share a host (-x OMP_NUM_THREADS=N to choose)\n"},
+		{"one host", []int{2, 0}, "gorun: note: OMP_NUM_THREADS=1 for the 2 unbound ranks per host, gorun's default where ranks share a host (-x OMP_NUM_THREADS=N to choose)\n"},
+		{"uneven", []int{2, 1}, "gorun: note: OMP_NUM_THREADS=1 for the 3 unbound ranks that share a host, gorun's default where ranks share a host (-x OMP_NUM_THREADS=N to choose)\n"},
 		{"none", []int{0, 0}, ""},
+		{"torchrun", []int{2, 2}, "gorun: note: OMP_NUM_THREADS=1 for the 2 unbound ranks per host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"},
 	}
 	for _, tt := range tests {
-		g := newTestGen(t, Options{})
+		o := Options{}
+		if tt.name == "torchrun" {
+			o.Personality = env.TorchRun
+		}
+		g := newTestGen(t, o)
 		for node, n := range tt.counts {
 			e := evStarted(node, 2*node, 2*node+1).(ranksStarted)
 			e.DefaultThreads = n

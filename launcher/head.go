@@ -46,6 +46,9 @@ const (
 // Options is everything the head needs to run a job.
 type Options struct {
 	Argv []string // the program and its arguments
+	// Personality is the launcher whose command line gorun took (gorun
+	// mpirun ...), whose contract the ranks keep; "" = gorun's own.
+	Personality env.Launcher
 	// Dir is the ranks' working directory on every host (--wdir), an
 	// absolute path; "" = gorun's own working directory.
 	Dir           string

@@ -5,14 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/rendezvous"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // The head runs the job as generations: generation 0 is the first start
@@ -304,7 +305,7 @@ func (g *genState) onStarted(e ranksStarted) {
 	}
 	if g.started == len(h.plan.Ranks) && g.gen == h.o.FirstGeneration {
 		h.phases.RanksStarted = time.Since(h.start)
-		if n := h.threads.note(); n != "" {
+		if n := h.threads.note(h.o.Personality); n != "" {
 			h.notef("%s", n)
 		}
 	}
@@ -329,9 +330,14 @@ func (d *defaultThreads) add(n int) {
 	d.ranks, d.hosts, d.perHost = d.ranks+n, d.hosts+1, n
 }
 
-// note is the line that says so, "" when no rank got the default.
-func (d *defaultThreads) note() string {
-	const tail = ", as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"
+// note is the line that says so, "" when no rank got the default: gorun
+// sets it as torchrun does, and says which of the two did it (l is the
+// personality, env.TorchRun or gorun's own).
+func (d *defaultThreads) note(l env.Launcher) string {
+	tail := ", gorun's default where ranks share a host (-x OMP_NUM_THREADS=N to choose)\n"
+	if l == env.TorchRun {
+		tail = ", as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"
+	}
 	switch {
 	case d.ranks == 0:
 		return ""

@@ -21,7 +21,8 @@ import (
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
 		Generation: gen, JobID: h.jobID, RunID: h.o.RunID, Secret: h.secret, Argv: h.o.Argv, Dir: h.dir(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
-		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
+		Personality: string(h.o.Personality),
+		WorldSize:   len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
 		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),

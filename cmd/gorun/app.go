@@ -198,7 +198,9 @@ func run(args []string) (int, error) {
 	if needsTools(args) {
 		err = execTools("gorun bench")
 	} else {
-		err = newApp(os.Stdout, os.Stderr).Run(benchArgs(args))
+		app := newApp(os.Stdout, os.Stderr)
+		app.Metadata = map[string]any{personalityKey: env.Launcher(tool)}
+		err = app.Run(benchArgs(args))
 	}
 	var ee errExit
 	switch {
@@ -213,6 +215,17 @@ func run(args []string) (int, error) {
 		// urfave/cli's own errors: bad flags.
 		return launcher.ExitUsage, err
 	}
+}
+
+// personalityKey is where run leaves, in the app's Metadata, the
+// personality whose command line gorun took (an env.Launcher).
+const personalityKey = "personality"
+
+// personalityOf is the personality whose command line c's gorun took; ""
+// for plain gorun.
+func personalityOf(c *cli.Context) env.Launcher {
+	l, _ := c.App.Metadata[personalityKey].(env.Launcher)
+	return l
 }
 
 // loadConfig merges files, environment and the command line. c may be a
@@ -358,6 +371,7 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	o.Argv = c.Args().Slice()
+	o.Personality = personalityOf(c)
 	if err := preflightPlugin(c, o, stdout, stderr); err != nil {
 		return err
 	}

@@ -79,17 +79,25 @@ func TestEnvThreadsNote(t *testing.T) {
 	if _, ok := os.LookupEnv("OMP_NUM_THREADS"); ok {
 		t.Skip("OMP_NUM_THREADS is set in the test's environment: gorun keeps it, and says nothing")
 	}
-	const note = "gorun: note: OMP_NUM_THREADS=1 for the 4 unbound ranks per host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"
-	prog := []string{"sh", "-c", `echo "$OMP_NUM_THREADS"`}
+	const note = "gorun: note: OMP_NUM_THREADS=1 for the 4 unbound ranks per host, gorun's default where ranks share a host (-x OMP_NUM_THREADS=N to choose)\n"
+	const torchNote = "gorun: note: OMP_NUM_THREADS=1 for the 4 unbound ranks per host, as torchrun sets it (-x OMP_NUM_THREADS=N to choose)\n"
+	prog := []string{"sh", "-c", `echo "${OMP_NUM_THREADS-unset}"`}
 	tests := []struct {
 		name  string
 		args  []string
 		out   string // each rank's line
 		notes int
+		note  string
 	}{
-		{"-np 4", []string{"-np", "4", "--bind-to", "none"}, "1", 1},
-		{"-x", []string{"-np", "4", "--bind-to", "none", "-x", "OMP_NUM_THREADS=2"}, "2", 0},
-		{"-np 1", []string{"-np", "1", "--bind-to", "none"}, "", 0},
+		{"-np 4", []string{"-np", "4", "--bind-to", "none"}, "1", 1, note},
+		{"-x", []string{"-np", "4", "--bind-to", "none", "-x", "OMP_NUM_THREADS=2"}, "2", 0, ""},
+		{"-np 1", []string{"-np", "1", "--bind-to", "none"}, "unset", 0, ""},
+		// Open MPI's mpirun and Hydra leave it unset, bound or not.
+		{"mpirun", []string{"mpirun", "--allow-run-as-root", "-np", "4"}, "unset", 0, ""},
+		{"mpirun unbound", []string{"mpirun", "-np", "4", "--bind-to", "none"}, "unset", 0, ""},
+		{"mpiexec", []string{"mpiexec", "-n", "4"}, "unset", 0, ""},
+		{"mpiexec -bind-to core", []string{"mpiexec", "-n", "2", "-bind-to", "core"}, "unset", 0, ""},
+		{"torchrun", []string{"torchrun", "--nproc-per-node", "4", "--no-python"}, "1", 1, torchNote},
 	}
 	for _, tt := range tests {
 		r := runGorun(t, 30*time.Second, nil, append(tt.args, prog...)...)
@@ -101,7 +109,7 @@ func TestEnvThreadsNote(t *testing.T) {
 				t.Errorf("%s: a rank printed OMP_NUM_THREADS=%q, want %q", tt.name, l, tt.out)
 			}
 		}
-		if n := strings.Count(r.stderr, "gorun: note: OMP_NUM_THREADS="); n != tt.notes || tt.notes == 1 && !strings.Contains(r.stderr, note) {
+		if n := strings.Count(r.stderr, "gorun: note: OMP_NUM_THREADS="); n != tt.notes || tt.notes == 1 && !strings.Contains(r.stderr, tt.note) {
 			t.Errorf("%s: %d notes about OMP_NUM_THREADS, want %d:\n%s", tt.name, n, tt.notes, r.stderr)
 		}
 	}

@@ -149,9 +149,10 @@ type RankSpec struct {
 type Launch struct {
 	Generation     int        `json:"generation"` // restart count
 	JobID          string     `json:"job_id"`
-	RunID          string     `json:"run_id,omitempty"` // TORCHELASTIC_RUN_ID: a per-node launch's --rdzv-id
-	Secret         string     `json:"secret"`           // the job's rendezvous secret (GORUN_JOB_SECRET)
-	Slurm          bool       `json:"slurm,omitempty"`  // inside a Slurm allocation: ranks get SLURM_PROCID and the like
+	RunID          string     `json:"run_id,omitempty"`      // TORCHELASTIC_RUN_ID: a per-node launch's --rdzv-id
+	Secret         string     `json:"secret"`                // the job's rendezvous secret (GORUN_JOB_SECRET)
+	Slurm          bool       `json:"slurm,omitempty"`       // inside a Slurm allocation: ranks get SLURM_PROCID and the like
+	Personality    string     `json:"personality,omitempty"` // the launcher whose contract the ranks keep (env.Launcher): "", mpirun, mpiexec, torchrun
 	Argv           []string   `json:"argv"`
 	Dir            string     `json:"dir"` // working directory
 	Ranks          []RankSpec `json:"ranks"`
