@@ -141,14 +141,16 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 	}
 	all := append(append([]string(nil), base...), l.Exports...)
 	// Unbound without looking at the node, unless a report is wanted: no
-	// binding asked and none to be had (oversubscribed, or no GPU).
+	// binding asked and none to be had (oversubscribed, or no GPU under a
+	// rule that binds only GPUs).
+	lch := env.Launcher(l.Personality)
 	gpus := -1 // unknown
-	if !l.Bind.Report && to == topology.BindDefault && !l.Bind.Oversubscribed {
+	if !l.Bind.Report && to == topology.BindDefault && !l.Bind.Oversubscribed && !defaultRule(lch).BindsWithoutGPUs() {
 		gpus = topology.LocalGPUs()
 	}
 	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || gpus == 0)) {
 		o, granted := env.NewBindingOptions(gpuBind, all)
-		o.Launcher = env.Launcher(l.Personality)
+		o.Launcher = lch
 		if gpus < 0 {
 			gpus = topology.LocalGPUs()
 		}
@@ -180,7 +182,7 @@ func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hin
 	for i, s := range l.Ranks {
 		ranks[i] = s.Rank
 	}
-	nb, err := BindNode(n, l.Host, ranks, l.Bind, env.Launcher(l.Personality), all)
+	nb, err := BindNode(n, l.Host, ranks, l.WorldSize, l.Bind, lch, all)
 	if err != nil {
 		return nil, nil, "", topo, err
 	}
@@ -199,13 +201,14 @@ type NodeBindings struct {
 }
 
 // BindNode plans the bindings of the ranks ranks (job-wide numbers, in
-// local rank order) on node n, named host, as b asks, for ranks whose
-// environment is environ (the agent's, then the -x exports: the GPUs a
-// visibility variable grants, the variables the user set), under the
-// contract of launcher lch (env.Launcher: "" for gorun's). The agent
-// calls it for the ranks it starts; `gorun topo --plan` for a recorded
-// machine.
-func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, lch env.Launcher, environ []string) (NodeBindings, error) {
+// local rank order) on node n, named host, of a job of jobRanks ranks in
+// all (0: len(ranks)), as b asks, for ranks whose environment is environ
+// (the agent's, then the -x exports: the GPUs a visibility variable
+// grants, the variables the user set), under the contract of launcher
+// lch (env.Launcher: "" for gorun's), whose rule binds the ranks when b
+// asks for no binding (see defaultRule). The agent calls it for the
+// ranks it starts; `gorun topo --plan` for a recorded machine.
+func BindNode(n *topology.Node, host string, ranks []int, jobRanks int, b control.Bind, lch env.Launcher, environ []string) (NodeBindings, error) {
 	var nb NodeBindings
 	to, err := topology.ParseBindTo(b.To)
 	if err != nil {
@@ -232,8 +235,8 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, lch en
 	if mig {
 		vis, migErr = []int{}, err
 	}
-	bo := topology.BindOptions{LocalRanks: len(ranks), BindTo: to, MapBy: b.MapBy, CPUsPerRank: b.CPUsPerRank,
-		Oversubscribed: b.Oversubscribed, VisibleGPUs: vis}
+	bo := topology.BindOptions{LocalRanks: len(ranks), JobRanks: jobRanks, BindTo: to, Default: defaultRule(lch), MapBy: b.MapBy,
+		CPUsPerRank: b.CPUsPerRank, Oversubscribed: b.Oversubscribed, VisibleGPUs: vis}
 	if nb.Plan, err = topology.PlanBindings(n, bo); err != nil {
 		return nb, err
 	}
@@ -266,6 +269,21 @@ func BindNode(n *topology.Node, host string, ranks []int, b control.Bind, lch en
 		nb.Report = sb.String()
 	}
 	return nb, nil
+}
+
+// defaultRule is the rule that binds the ranks of launcher lch when no
+// --bind-to is given: Open MPI 4.1's mpirun's under gorun mpirun, Hydra's
+// under gorun mpiexec, gorun's own under plain gorun and gorun torchrun
+// (torchrun binds nothing). Each keeps gorun's one rank per GPU on a node
+// with GPUs.
+func defaultRule(lch env.Launcher) topology.DefaultRule {
+	switch lch {
+	case env.MPIRun:
+		return topology.RuleOpenMPI
+	case env.MPIExec:
+		return topology.RuleHydra
+	}
+	return topology.RuleGorun
 }
 
 // ReportWithEnv is Report (made for host) with each rank's variables from

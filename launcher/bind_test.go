@@ -1,10 +1,13 @@
 package launcher
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
 )
@@ -151,5 +154,134 @@ func TestNeedsNVML(t *testing.T) {
 		if got := needsNVML(control.Launch{Bind: tt.bind}, tt.env); got != tt.want {
 			t.Errorf("needsNVML(%+v, %v) = %v, want %v", tt.bind, tt.env, got, tt.want)
 		}
+	}
+}
+
+// fixtureNode discovers one of package topology's fixture machines from
+// its sysfs alone, as an agent without NVML does.
+func fixtureNode(t *testing.T, name string) *topology.Node {
+	t.Helper()
+	n, err := topology.Discover(os.DirFS(filepath.Join("..", "topology", "testdata", name)), nil)
+	if err != nil {
+		t.Fatalf("discover %s: %v", name, err)
+	}
+	return n
+}
+
+// With no --bind-to, each personality binds as its launcher does on a
+// node without GPUs (gorun mpirun as Open MPI 4.1's mpirun, counting the
+// job's ranks; gorun mpiexec as Hydra, not at all; plain gorun and gorun
+// torchrun not at all), keeps gorun's one rank per GPU on a GPU node, and
+// --report-bindings names the rule; --bind-to none opts out under each.
+func TestBindNodeDefaultPerLauncher(t *testing.T) {
+	t.Parallel()
+	cpu, dgx := fixtureNode(t, "cpu-2s"), fixtureNode(t, "dgx-h100")
+	const numa0, numa1 = "0-3,8-11", "4-7,12-15"
+	tests := []struct {
+		name  string
+		node  *topology.Node
+		lch   env.Launcher
+		local int // ranks on the node
+		job   int // ranks in the job
+		bind  control.Bind
+		cpus  []string // each rank's CPUs, "" unbound
+		gpus  bool
+		rule  string // in every rank's "why" line of the report
+	}{
+		{"gorun, no GPU, np 2", cpu, env.Gorun, 2, 2, control.Bind{}, []string{"", ""}, false, "why: not bound: no GPUs visible, and gorun's default binds ranks to GPUs only"},
+		{"torchrun, no GPU, np 2", cpu, env.TorchRun, 2, 2, control.Bind{}, []string{"", ""}, false, "gorun's default binds ranks to GPUs only"},
+		{"mpiexec, no GPU, np 2", cpu, env.MPIExec, 2, 2, control.Bind{}, []string{"", ""}, false, "why: not bound: no GPUs visible, and Hydra's default binds nothing without -bind-to"},
+		{"mpiexec, no GPU, np 3", cpu, env.MPIExec, 3, 3, control.Bind{}, []string{"", "", ""}, false, "Hydra's default"},
+		{"mpirun, no GPU, np 1", cpu, env.MPIRun, 1, 1, control.Bind{}, []string{"0,8"}, false,
+			"why: Open MPI 4.1's default for a job of 1 rank (core for 2 or fewer, NUMA above); bind to core"},
+		{"mpirun, no GPU, np 2", cpu, env.MPIRun, 2, 2, control.Bind{}, []string{"0,8", "1,9"}, false,
+			"why: Open MPI 4.1's default for a job of 2 ranks (core for 2 or fewer, NUMA above); bind to core: 1 core on NUMA 0"},
+		{"mpirun, no GPU, np 3", cpu, env.MPIRun, 3, 3, control.Bind{}, []string{numa0, numa1, numa0}, false,
+			"why: Open MPI 4.1's default for a job of 3 ranks (core for 2 or fewer, NUMA above); bind to numa"},
+		{"mpirun, no GPU, 2 of a job of 4", cpu, env.MPIRun, 2, 4, control.Bind{}, []string{numa0, numa1}, false, "for a job of 4 ranks"},
+		{"mpirun, no GPU, 1 of a job of 2", cpu, env.MPIRun, 1, 2, control.Bind{}, []string{"0,8"}, false, "for a job of 2 ranks"},
+		{"mpirun, no GPU, oversubscribed", cpu, env.MPIRun, 3, 3, control.Bind{Oversubscribed: true}, []string{"", "", ""}, false,
+			"why: not bound: the node is oversubscribed (3 local ranks), and Open MPI 4.1's default binds nothing then"},
+		{"mpirun, --bind-to none", cpu, env.MPIRun, 2, 2, control.Bind{To: "none"}, []string{"", ""}, false, "why: not bound: --bind-to none"},
+		{"mpirun, --bind-to core, np 3", cpu, env.MPIRun, 3, 3, control.Bind{To: "core"}, []string{"0,8", "1,9", "2,10"}, false, "why: bind to core: 1 core"},
+		{"gorun, GPUs", dgx, env.Gorun, 2, 2, control.Bind{}, []string{"0-27,112-139", "28-55,140-167"}, true, "why: gorun's default: one rank per GPU; GPU "},
+		{"mpirun, GPUs", dgx, env.MPIRun, 2, 2, control.Bind{}, []string{"0-27,112-139", "28-55,140-167"}, true,
+			"gorun's default on a node with GPUs, kept under gorun mpirun (Open MPI 4.1's default applies without GPUs): one rank per GPU"},
+		{"mpiexec, GPUs", dgx, env.MPIExec, 2, 2, control.Bind{}, []string{"0-27,112-139", "28-55,140-167"}, true,
+			"kept under gorun mpiexec (Hydra's default applies without GPUs): one rank per GPU"},
+		{"mpirun, GPUs, oversubscribed", dgx, env.MPIRun, 2, 2, control.Bind{Oversubscribed: true}, []string{"", ""}, false, "the node is oversubscribed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ranks := make([]int, tt.local)
+			for i := range ranks {
+				ranks[i] = i
+			}
+			b := tt.bind
+			b.Report = true
+			nb, err := BindNode(tt.node, "h", ranks, tt.job, b, tt.lch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range nb.Plan {
+				if p.CPUs.String() != tt.cpus[i] || (p.GPU != nil) != tt.gpus {
+					t.Errorf("rank %d: CPUs %q GPU %v, want CPUs %q GPU %v", i, p.CPUs, p.GPU != nil, tt.cpus[i], tt.gpus)
+				}
+			}
+			if n := strings.Count(nb.Report, tt.rule); n != tt.local {
+				t.Errorf("the report names %q %d times, want once per rank:\n%s", tt.rule, n, nb.Report)
+			}
+			// Under mpirun and mpiexec no rank gets OMP_NUM_THREADS,
+			// bound or not.
+			for i, h := range nb.Hints {
+				for _, kv := range h.Vars {
+					if strings.HasPrefix(kv, env.OMPNumThreads+"=") && !tt.lch.SetsThreads() {
+						t.Errorf("rank %d got %s under %q", i, kv, tt.lch)
+					}
+				}
+			}
+		})
+	}
+}
+
+// On this host (no GPU), an agent's launch under gorun mpiexec starts its
+// ranks unbound without looking at the node, and under gorun mpirun binds
+// them as Open MPI does: two ranks of a job of 2 each on a core of its
+// own, or nothing where the host has fewer cores than ranks.
+func TestBindingsPerLauncher(t *testing.T) {
+	if topology.LocalGPUs() != 0 {
+		t.Skipf("this test wants a host without GPUs; it has %d", topology.LocalGPUs())
+	}
+	t.Parallel()
+	l := control.Launch{Ranks: []control.RankSpec{{Rank: 0}, {Rank: 1, LocalRank: 1}}, WorldSize: 2, LocalWorldSize: 2}
+	for _, lch := range []env.Launcher{env.Gorun, env.TorchRun, env.MPIExec} {
+		l.Personality = string(lch)
+		plan, _, _, _, err := bindings(l, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range plan {
+			if !b.CPUs.IsEmpty() || b.GPU != nil {
+				t.Errorf("%q: rank %d bound: %+v", lch, i, b)
+			}
+		}
+	}
+	l.Personality = string(env.MPIRun)
+	plan, _, _, _, err := bindings(l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 2 {
+		t.Fatalf("plan %+v", plan)
+	}
+	switch {
+	case strings.Contains(plan[0].Why, "would put 2 ranks of 1 core on the node's 1 core"):
+		t.Logf("one core here: %s", plan[0].Why)
+	case plan[0].CPUs.IsEmpty() || plan[1].CPUs.IsEmpty() || !plan[0].CPUs.Intersect(plan[1].CPUs).IsEmpty():
+		t.Errorf("under mpirun, 2 ranks want a core each: %q and %q (%s)", plan[0].CPUs, plan[1].CPUs, plan[0].Why)
+	}
+	if !strings.Contains(plan[0].Why, "Open MPI 4.1's default for a job of 2 ranks") {
+		t.Errorf("Why %q names no rule", plan[0].Why)
 	}
 }

@@ -17,8 +17,10 @@ type BindTo string
 
 // The binding modes.
 const (
-	// BindDefault picks BindGPU when the node has visible GPUs, else
-	// BindNone; when the node is oversubscribed it binds nothing at all.
+	// BindDefault lets BindOptions.Default choose: BindGPU when the node
+	// has visible GPUs, and without them what the rule's launcher does
+	// (nothing for gorun's own and Hydra's, core or NUMA nodes for Open
+	// MPI's); when the node is oversubscribed it binds nothing at all.
 	BindDefault BindTo = ""
 	// BindNone binds nothing: no GPU, CPUs, memory policy or NIC.
 	BindNone BindTo = "none"
@@ -52,6 +54,54 @@ func ParseBindTo(s string) (BindTo, error) {
 	return "", fmt.Errorf("bind-to %q: want none, core, numa, package or gpu", s)
 }
 
+// DefaultRule is the rule by which BindDefault binds: gorun's own, or
+// that of the launcher whose command line gorun took. On a node with
+// visible GPUs every rule binds one rank per GPU (BindGPU: what GPU users
+// of each launcher set by hand); on an oversubscribed node none binds
+// anything. They differ on a node without GPUs, where each binds as its
+// launcher does when no binding is asked for.
+type DefaultRule string
+
+// The default rules.
+const (
+	// RuleGorun is gorun's own (plain gorun and gorun torchrun, whose
+	// torchrun binds nothing): without GPUs, nothing is bound. With
+	// more local ranks than visible GPUs it is an error, as BindGPU is.
+	RuleGorun DefaultRule = ""
+	// RuleOpenMPI is Open MPI 4.1's mpirun's (gorun mpirun). Without
+	// GPUs: with CPUsPerRank, CPUsPerRank cores each (BindCore); with
+	// MapBy "numa" or "package", the object mapped to; else, by the
+	// job's rank count (JobRanks), BindCore for 2 ranks or fewer and
+	// BindNUMA (mapped round-robin by NUMA node) above. Where that would
+	// put more ranks on the node than it has cores (Open MPI's
+	// "overload"), nothing is bound, as Open MPI does when no binding
+	// was asked. With more local ranks than visible GPUs it binds as
+	// without GPUs.
+	RuleOpenMPI DefaultRule = "openmpi"
+	// RuleHydra is MPICH's Hydra's (gorun mpiexec): without GPUs, or
+	// with more local ranks than visible GPUs, nothing is bound, as
+	// Hydra binds nothing without -bind-to.
+	RuleHydra DefaultRule = "hydra"
+)
+
+// String names the rule as --report-bindings does: "gorun's default",
+// "Open MPI 4.1's default", "Hydra's default".
+func (r DefaultRule) String() string {
+	switch r {
+	case RuleOpenMPI:
+		return "Open MPI 4.1's default"
+	case RuleHydra:
+		return "Hydra's default"
+	}
+	return "gorun's default"
+}
+
+// BindsWithoutGPUs reports whether the rule binds anything on a node
+// without GPUs that is not oversubscribed: a launch that asks for no
+// binding under another rule can start its ranks unbound without
+// looking at the node.
+func (r DefaultRule) BindsWithoutGPUs() bool { return r == RuleOpenMPI }
+
 // The mapping policies of BindOptions.MapBy.
 const (
 	MapBySlot    = "slot"
@@ -63,8 +113,15 @@ const (
 type BindOptions struct {
 	// LocalRanks is the number of ranks on this node (at least 1).
 	LocalRanks int
+	// JobRanks is the number of ranks of the whole job, on every node,
+	// which RuleOpenMPI counts as Open MPI does; 0 (or fewer than
+	// LocalRanks) means LocalRanks.
+	JobRanks int
 	// BindTo is the binding mode; BindDefault picks one (see BindDefault).
 	BindTo BindTo
+	// Default is the rule BindDefault follows; the zero value is
+	// gorun's own (RuleGorun).
+	Default DefaultRule
 	// MapBy spreads the ranks over the node before BindCore, BindNUMA and
 	// BindPackage bind them: "slot" fills the cores in order (NUMA node
 	// by NUMA node), "numa" and "package" deal the ranks round-robin
@@ -208,8 +265,12 @@ func unionCores(cores []bindCore) CPUSet {
 // BindPackage share their domains by design. The NIC is an up NIC on
 // one of the rank's NUMA nodes (else any up NIC), by the same order.
 //
-// BindNone binds nothing; BindDefault with o.Oversubscribed binds nothing
-// either. Every rank's Why says which rule applied.
+// BindDefault follows o.Default (see DefaultRule), and each rank's Why
+// then starts with the rule that applied and what it chose ("Open MPI
+// 4.1's default for a job of 2 ranks (core for 2 or fewer, NUMA above);
+// bind to core: ..."). BindNone binds nothing; BindDefault with
+// o.Oversubscribed binds nothing either. Every rank's Why says which rule
+// applied.
 func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 	if n == nil {
 		return nil, fmt.Errorf("plan bindings: no node")
@@ -237,20 +298,17 @@ func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 	for i := range out {
 		out[i] = RankBinding{LocalRank: i, BindTo: BindNone}
 	}
-	switch {
-	case mode == BindDefault && o.Oversubscribed:
-		for i := range out {
-			out[i].Why = fmt.Sprintf("not bound: the node is oversubscribed (%d local ranks); --bind-to binds anyway", o.LocalRanks)
+	rule := "" // the default rule that chose mode, to start each Why
+	switch mode {
+	case BindDefault:
+		mode, rule = o.Default.choose(n, o, len(visible))
+		if mode == BindNone {
+			for i := range out {
+				out[i].Why = rule
+			}
+			return out, nil
 		}
-		return out, nil
-	case mode == BindDefault && len(visible) > 0:
-		mode = BindGPU
-	case mode == BindDefault:
-		for i := range out {
-			out[i].Why = "not bound: no GPUs visible (default); --bind-to core, numa or package binds"
-		}
-		return out, nil
-	case mode == BindNone:
+	case BindNone:
 		for i := range out {
 			out[i].Why = "not bound: --bind-to none"
 		}
@@ -267,8 +325,82 @@ func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 	if err := checkOverlap(out, mode, o.Oversubscribed); err != nil {
 		return nil, err
 	}
+	if rule != "" {
+		for i := range out {
+			out[i].Why = rule + "; " + out[i].Why
+		}
+	}
 	finish(n, out)
 	return out, nil
+}
+
+// choose picks what BindDefault binds under rule r on node n, for o and
+// the gpus GPUs visible there: BindNone and the whole Why of an unbound
+// rank, or the mode and the words about the rule that start each bound
+// rank's Why.
+func (r DefaultRule) choose(n *Node, o BindOptions, gpus int) (mode BindTo, why string) {
+	if o.Oversubscribed {
+		return BindNone, fmt.Sprintf("not bound: the node is oversubscribed (%d local ranks), and %s binds nothing then; --bind-to binds anyway", o.LocalRanks, r)
+	}
+	noGPU, few := "no GPUs visible", "" // why the ranks get no GPU
+	switch {
+	case gpus > 0 && r == RuleGorun:
+		return BindGPU, "gorun's default: one rank per GPU"
+	case gpus > 0 && o.LocalRanks <= gpus:
+		return BindGPU, fmt.Sprintf("gorun's default on a node with GPUs, kept under %s (%s applies without GPUs): one rank per GPU", r.launcher(), r)
+	case gpus > 0:
+		noGPU = fmt.Sprintf("%d local ranks for %s", o.LocalRanks, plural(gpus, "visible GPU"))
+		few = noGPU + ", so "
+	}
+	switch r {
+	case RuleOpenMPI:
+		return r.openMPI(n, o, few)
+	case RuleHydra:
+		return BindNone, fmt.Sprintf("not bound: %s, and Hydra's default binds nothing without -bind-to; -bind-to core, numa or socket binds", noGPU)
+	}
+	return BindNone, "not bound: no GPUs visible, and gorun's default binds ranks to GPUs only; --bind-to core, numa or package binds"
+}
+
+// launcher names the command line of the rule's launcher.
+func (r DefaultRule) launcher() string {
+	switch r {
+	case RuleOpenMPI:
+		return "gorun mpirun"
+	case RuleHydra:
+		return "gorun mpiexec"
+	}
+	return "gorun"
+}
+
+// openMPI is Open MPI 4.1's default binding (orte_rmaps_base_map_job and
+// bind_in_place in its rmaps framework) of o's ranks on n, which has no
+// GPU for each rank (see RuleOpenMPI); few, when not empty, starts the
+// rule's words: the node has GPUs, but fewer than ranks.
+func (r DefaultRule) openMPI(n *Node, o BindOptions, few string) (BindTo, string) {
+	job := max(o.JobRanks, o.LocalRanks)
+	mode, per := BindNUMA, 1
+	var rule string
+	switch {
+	case o.CPUsPerRank > 0:
+		mode, per = BindCore, o.CPUsPerRank
+		rule = fmt.Sprintf("%s with --cpus-per-rank %d (bind to core)", r, o.CPUsPerRank)
+	case o.MapBy == MapByNUMA || o.MapBy == MapByPackage:
+		mode = map[string]BindTo{MapByNUMA: BindNUMA, MapByPackage: BindPackage}[o.MapBy]
+		rule = fmt.Sprintf("%s with --map-by %s (bind to what ranks are mapped to)", r, o.MapBy)
+	default:
+		if job <= 2 {
+			mode = BindCore
+		}
+		rule = fmt.Sprintf("%s for a job of %s (core for 2 or fewer, NUMA above)", r, plural(job, "rank"))
+	}
+	rule = few + rule
+	// Open MPI moves a rank whose object is full to a cousin object, and
+	// binds nothing at all when none has a core left for it.
+	if cores := len(nodeCores(n)); o.LocalRanks*per > cores {
+		return BindNone, fmt.Sprintf("not bound: %s would put %s of %s on the node's %s, and Open MPI binds nothing then; --bind-to binds anyway",
+			rule, plural(o.LocalRanks, "rank"), plural(per, "core"), plural(cores, "core"))
+	}
+	return mode, rule
 }
 
 // visibleGPUs returns the indexes into n.GPUs the job may use, in the

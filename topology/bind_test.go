@@ -63,7 +63,7 @@ func TestPlanBindings(t *testing.T) {
 	}{
 		{
 			name: "dgx 8 ranks", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8}, want: dgx8,
-			why: []string{"GPU 0 (" + dgxUUID(0) + ") is on NUMA 0", "cores 0-13 of NUMA 0's 56 (4 ranks share it)", "NIC mlx5_0 shares its PCIe switch (PIX)"},
+			why: []string{"gorun's default: one rank per GPU; GPU 0 (" + dgxUUID(0) + ") is on NUMA 0", "cores 0-13 of NUMA 0's 56 (4 ranks share it)", "NIC mlx5_0 shares its PCIe switch (PIX)"},
 		},
 		{
 			name: "dgx 8 ranks, bind-to gpu explicit", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8, BindTo: BindGPU, MapBy: "numa"}, want: dgx8,
@@ -157,7 +157,7 @@ func TestPlanBindings(t *testing.T) {
 		},
 		{
 			name: "cpu-2s default", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 4},
-			want: repeat(unbound, 4), why: []string{"not bound: no GPUs visible (default)"},
+			want: repeat(unbound, 4), why: []string{"not bound: no GPUs visible, and gorun's default binds ranks to GPUs only"},
 		},
 		{
 			name: "this-vm default", fixture: "this-vm", opts: BindOptions{LocalRanks: 2},
@@ -239,6 +239,98 @@ func checkPlan(t *testing.T, n *Node, plan []RankBinding, want []wantBind) {
 				}
 			}
 		}
+	}
+}
+
+// The default binding of each launcher's rule (BindOptions.Default), as
+// gorun, gorun mpirun and gorun mpiexec ask for it when no --bind-to is
+// given: GPUs keep gorun's one rank per GPU under every rule; without
+// them Open MPI 4.1 binds a job of 2 ranks or fewer to cores and a larger
+// one to NUMA nodes (its ranks dealt round-robin), nothing when the node
+// is oversubscribed or has fewer cores than ranks; Hydra and gorun bind
+// nothing.
+func TestPlanBindingsDefaultRules(t *testing.T) {
+	t.Parallel()
+	const numa0, numa1 = "0-3,8-11", "4-7,12-15" // cpu-2s's NUMA nodes
+	dgxNUMA0, dgxNUMA1 := "0-55,112-167", "56-111,168-223"
+	tests := []struct {
+		name    string
+		fixture string
+		opts    BindOptions
+		cpus    []string // each rank's CPUs ("" unbound)
+		gpus    bool     // every rank has a GPU
+		why     string   // a substring of every rank's Why
+	}{
+		{name: "gorun, no GPU", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 2},
+			cpus: []string{"", ""}, why: "not bound: no GPUs visible, and gorun's default binds ranks to GPUs only"},
+		{name: "hydra, no GPU", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 2, Default: RuleHydra},
+			cpus: []string{"", ""}, why: "not bound: no GPUs visible, and Hydra's default binds nothing without -bind-to"},
+		{name: "openmpi, np 1: core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 1, Default: RuleOpenMPI},
+			cpus: []string{"0,8"}, why: "Open MPI 4.1's default for a job of 1 rank (core for 2 or fewer, NUMA above); bind to core: 1 core on NUMA 0"},
+		{name: "openmpi, np 2: core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 2, Default: RuleOpenMPI},
+			cpus: []string{"0,8", "1,9"}, why: "Open MPI 4.1's default for a job of 2 ranks (core for 2 or fewer, NUMA above); bind to core"},
+		{name: "openmpi, np 3: NUMA round-robin", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 3, Default: RuleOpenMPI},
+			cpus: []string{numa0, numa1, numa0}, why: "Open MPI 4.1's default for a job of 3 ranks (core for 2 or fewer, NUMA above); bind to numa"},
+		{name: "openmpi, np 4 on two nodes: the job's count", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 2, JobRanks: 4, Default: RuleOpenMPI},
+			cpus: []string{numa0, numa1}, why: "for a job of 4 ranks"},
+		{name: "openmpi, np 2 on two nodes: core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 1, JobRanks: 2, Default: RuleOpenMPI},
+			cpus: []string{"0,8"}, why: "for a job of 2 ranks"},
+		{name: "openmpi, cpus-per-rank 2: core", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 3, CPUsPerRank: 2, Default: RuleOpenMPI},
+			cpus: []string{"0-1,8-9", "2-3,10-11", "4-5,12-13"}, why: "Open MPI 4.1's default with --cpus-per-rank 2 (bind to core); bind to core: 2 cores"},
+		{name: "openmpi, map-by package", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 2, MapBy: MapByPackage, Default: RuleOpenMPI},
+			cpus: []string{numa0, numa1}, why: "with --map-by package (bind to what ranks are mapped to); bind to package"},
+		{name: "openmpi, oversubscribed", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 20, Oversubscribed: true, Default: RuleOpenMPI},
+			cpus: make([]string, 20), why: "not bound: the node is oversubscribed (20 local ranks), and Open MPI 4.1's default binds nothing then"},
+		{name: "openmpi, more ranks than cores", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 9, Default: RuleOpenMPI},
+			cpus: make([]string, 9), why: "would put 9 ranks of 1 core on the node's 8 cores, and Open MPI binds nothing then"},
+		{name: "openmpi, cores for fewer ranks than cpus-per-rank asks", fixture: "cpu-2s", opts: BindOptions{LocalRanks: 5, CPUsPerRank: 2, Default: RuleOpenMPI},
+			cpus: make([]string, 5), why: "5 ranks of 2 cores on the node's 8 cores"},
+		// This VM: 2 cores on one NUMA node, as measured with mpirun 4.1.4
+		// (np 3 with 4 slots: bound to the NUMA node, then unbound).
+		{name: "this-vm, openmpi np 2", fixture: "this-vm", opts: BindOptions{LocalRanks: 2, Default: RuleOpenMPI},
+			cpus: []string{"0", "1"}, why: "bind to core"},
+		{name: "this-vm, openmpi np 3", fixture: "this-vm", opts: BindOptions{LocalRanks: 3, Default: RuleOpenMPI},
+			cpus: []string{"", "", ""}, why: "would put 3 ranks of 1 core on the node's 2 cores"},
+		// GPUs: one rank per GPU under every rule, while there are enough.
+		{name: "dgx, openmpi", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8, Default: RuleOpenMPI},
+			cpus: []string{"0-13,112-125", "14-27,126-139", "28-41,140-153", "42-55,154-167", "56-69,168-181", "70-83,182-195", "84-97,196-209", "98-111,210-223"},
+			gpus: true, why: "gorun's default on a node with GPUs, kept under gorun mpirun (Open MPI 4.1's default applies without GPUs): one rank per GPU; GPU "},
+		{name: "dgx, hydra", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, Default: RuleHydra},
+			cpus: []string{"0-27,112-139", "28-55,140-167"},
+			gpus: true, why: "kept under gorun mpiexec (Hydra's default applies without GPUs): one rank per GPU"},
+		{name: "dgx, openmpi, more ranks than GPUs", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 9, Default: RuleOpenMPI},
+			cpus: []string{dgxNUMA0, dgxNUMA1, dgxNUMA0, dgxNUMA1, dgxNUMA0, dgxNUMA1, dgxNUMA0, dgxNUMA1, dgxNUMA0},
+			why:  "9 local ranks for 8 visible GPUs, so Open MPI 4.1's default for a job of 9 ranks (core for 2 or fewer, NUMA above); bind to numa"},
+		{name: "dgx, hydra, more ranks than GPUs", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 9, Default: RuleHydra},
+			cpus: make([]string, 9), why: "not bound: 9 local ranks for 8 visible GPUs, and Hydra's default binds nothing"},
+		{name: "dgx, openmpi, oversubscribed", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 16, Oversubscribed: true, Default: RuleOpenMPI},
+			cpus: make([]string, 16), why: "the node is oversubscribed (16 local ranks), and Open MPI 4.1's default binds nothing"},
+		{name: "dgx, openmpi, no GPU visible", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, VisibleGPUs: []int{}, Default: RuleOpenMPI},
+			cpus: []string{"0,112", "1,113"}, why: "Open MPI 4.1's default for a job of 2 ranks"},
+	}
+	nodes := map[string]*Node{}
+	for _, f := range []string{"dgx-h100", "cpu-2s", "this-vm"} {
+		nodes[f] = load(t, f)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			plan, err := PlanBindings(nodes[tt.fixture], tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(plan) != len(tt.cpus) {
+				t.Fatalf("%d bindings, want %d", len(plan), len(tt.cpus))
+			}
+			for i, b := range plan {
+				if b.CPUs.String() != tt.cpus[i] || (b.GPU != nil) != tt.gpus {
+					t.Errorf("rank %d: CPUs %q GPU %v, want CPUs %q GPU %v", i, b.CPUs, b.GPU != nil, tt.cpus[i], tt.gpus)
+				}
+				if !strings.Contains(b.Why, tt.why) {
+					t.Errorf("rank %d's Why %q lacks %q", i, b.Why, tt.why)
+				}
+			}
+		})
 	}
 }
 

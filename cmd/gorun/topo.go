@@ -92,7 +92,7 @@ func printPlan(c *cli.Context, stdout io.Writer, n *topology.Node, root string, 
 		ranks[i] = i
 	}
 	b := control.Bind{To: c.String("bind-to"), GPUBind: c.String("gpu-bind"), CPUsPerRank: c.Int("cpus-per-rank"), Report: true}
-	nb, err := launcher.BindNode(n, host, ranks, b, env.Gorun, environ)
+	nb, err := launcher.BindNode(n, host, ranks, len(ranks), b, env.Gorun, environ)
 	if err != nil {
 		return errExit{code: 2, err: err}
 	}
