@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/editdist"
 )
 
 // ErrUnknownKey is wrapped by errors about a key that is not in the schema.
@@ -492,32 +494,11 @@ func Closest(word string, names []string) string {
 	}
 	best, bestDist := "", 3
 	for _, n := range names {
-		if d := editDistance(word, n); d < bestDist {
+		if d := editdist.Distance(word, n); d < bestDist {
 			best, bestDist = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // Get returns the setting for a key name, and whether the schema has it.

@@ -22,13 +22,20 @@ const (
 	MPIRun   Launcher = "mpirun"   // gorun mpirun: Open MPI's
 	MPIExec  Launcher = "mpiexec"  // gorun mpiexec: MPICH's Hydra
 	TorchRun Launcher = "torchrun" // gorun torchrun
+	// HorovodRun is gorun horovodrun: the mpirun horovodrun writes.
+	HorovodRun Launcher = "horovodrun"
+	// DeepSpeed is gorun deepspeed: DeepSpeed's launch.py.
+	DeepSpeed Launcher = "deepspeed"
 )
 
 // SetsThreads reports whether l gives ranks OMP_NUM_THREADS of its own:
 // gorun and torchrun do (see [DefaultThreads] and [Bindings]); Open MPI's
-// mpirun and Hydra leave it unset, so that a hybrid MPI+OpenMP program
-// takes its threads from the user's environment or OpenMP's default.
-func (l Launcher) SetsThreads() bool { return l != MPIRun && l != MPIExec }
+// mpirun, Hydra, horovodrun's mpirun and DeepSpeed's launch.py leave it
+// unset, so that a hybrid MPI+OpenMP program takes its threads from the
+// user's environment or OpenMP's default.
+func (l Launcher) SetsThreads() bool {
+	return l != MPIRun && l != MPIExec && l != HorovodRun && l != DeepSpeed
+}
 
 // Rank is everything a rank's environment is computed from.
 type Rank struct {

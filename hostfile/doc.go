@@ -11,15 +11,22 @@
 //     ([ParseTasksPerNode]), and the two together ([FromSlurm]);
 //   - PBS_NODEFILE ([ParsePBSNodefile]), one line per slot;
 //   - DeepSpeed --include / --exclude filters ([ParseFilter], [Include],
-//     [Exclude]).
+//     [Exclude]);
+//   - Open MPI rankfiles ([ParseRankfileFile], [ParseRankfile]), one rank
+//     a line with its host and cores ("rank 0=node1 slot=0:1").
+//
+// A host name that must be one of the hosts and is not (a rankfile's, a
+// filter's) is an [*UnknownHostError] that names the closest one
+// ([Closest]): a typo gets "did you mean h2?".
 //
 // In every syntax a host named more than once counts once, in the position of
 // its first appearance, with the slots of all its mentions added up.
 //
 // The package only parses. It does not read environment variables, resolve
 // host names, contact hosts, or decide which syntax applies; the only I/O it
-// does is reading the file named to [ParseFile] or [ParsePBSNodefile]. The
-// man page gorun-hostfile(5) describes the syntaxes for users.
+// does is reading the file named to [ParseFile], [ParsePBSNodefile] or
+// [ParseRankfileFile]. The man page gorun-hostfile(5) describes the
+// syntaxes for users.
 //
 // Syntax errors, including limits exceeded and a Slurm nodelist and task
 // list of different lengths, wrap [ErrSyntax]; errors tied to one line of a

@@ -159,13 +159,15 @@ func describeSlots(h Host) string {
 // naming the first filter host missing from hosts.
 func (f Filter) lookup(hosts []Host, verb string) (map[string]FilterHost, error) {
 	present := make(map[string]bool, len(hosts))
-	for _, h := range hosts {
+	names := make([]string, len(hosts))
+	for i, h := range hosts {
 		present[h.Name] = true
+		names[i] = h.Name
 	}
 	byName := make(map[string]FilterHost, len(f.Hosts))
 	for _, fh := range f.Hosts {
 		if !present[fh.Name] {
-			return nil, fmt.Errorf("hostfile: %s %q: host %s is not among the hosts", verb, f, fh.Name)
+			return nil, fmt.Errorf("hostfile: %w", &UnknownHostError{Name: fh.Name, Suggest: Closest(fh.Name, names), What: fmt.Sprintf("%s %q", verb, f)})
 		}
 		byName[fh.Name] = fh
 	}

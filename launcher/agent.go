@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/launcher/output"
 	"github.com/gorun/gorun/sshclient"
 )
 
@@ -58,6 +59,11 @@ type AgentOptions struct {
 	// Kids starts the agents below this one in a launch tree; nil: over
 	// SSH with the head's settings.
 	Kids Starter
+	// Stdout and Stderr are where the agent prints its ranks' output
+	// when the head asks it to (control.Launch.Print: in a per-node
+	// launch each node prints its own ranks'); with Stdout nil it prints
+	// nothing. An agent whose stdout is its control channel leaves it nil.
+	Stdout, Stderr io.Writer
 }
 
 // stopGraceOnEOF is how long ranks get between SIGTERM and SIGKILL when the
@@ -87,6 +93,9 @@ type agent struct {
 	leftovers bool
 	killT     *time.Timer
 	stdin     map[int]chan []byte // rank -> chunks for its stdin pipe
+	// print prints the ranks' output here (Launch.Print), once the first
+	// such Launch made it; it is not replaced after.
+	print *output.Mux
 
 	heard atomic.Int64 // unix nanoseconds of the last frame from the head
 
@@ -134,6 +143,7 @@ type rankProc struct {
 	stopped bool
 	ooms    int
 	stdin   chan []byte // chunks for its stdin pipe; nil if it takes none
+	files   *rankOutput // its output's files (RankSpec.Files); nil if none
 }
 
 // RunAgent runs the agent side of a job until the head says shutdown or
@@ -154,6 +164,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		parent: os.Getppid(),
 	}
 	defer a.quitOnce.Do(func() { close(a.quit) })
+	defer a.closePrint()
 	defer func() { a.masterPort.release() }() // once hello took it
 	r := control.NewReader(o.In)
 	headHello, err := a.hello(r)
@@ -217,7 +228,7 @@ func (a *agent) hello(r *control.Reader) (control.Hello, error) {
 		port = a.masterPort.port
 	}
 	headHello, err := control.Handshake(a.w, r, control.Hello{
-		Version: a.o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: port, NUMA: numaNodes(),
+		Version: a.o.Version, Host: host, PID: os.Getpid(), Cores: runtime.NumCPU(), FreePort: port, NUMA: numaNodes(), Packages: packages(),
 		MaxFiles: openFileLimit(),
 		ConnAddr: cmp.Or(a.o.ConnAddr, sshAddr(sshConn, 2)), ClientAddr: cmp.Or(a.o.ClientAddr, sshAddr(sshConn, 0)),
 	})

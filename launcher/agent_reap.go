@@ -87,6 +87,7 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 		f.Close()
 	}
 	e.StderrTail = p.tail.String()
+	a.printEnded(p.rank)
 	a.mu.Lock()
 	px, pmi := a.pmix, a.pmi
 	a.mu.Unlock()

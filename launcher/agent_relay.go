@@ -1,15 +1,18 @@
 // This file holds the agent's relays between a rank and the head: the
 // rank's stdout and stderr to the head (keeping the tail of stderr for the
-// summary), and the head's stdin chunks to the rank.
+// summary, and printing them here too when the head asks), and the head's
+// stdin chunks to the rank.
 
 package launcher
 
 import (
+	"io"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/launcher/output"
 )
@@ -40,14 +43,67 @@ func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
 			if s == output.Stderr {
 				p.tail.write(buf[:n])
 			}
-			a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: time.Now(), Data: buf[:n]})
+			if p.files.write(s, buf[:n]) { // its file (rankfiles.go), and gorun's output unless only the file
+				now := time.Now()
+				a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: now, Data: buf[:n]})
+				if a.print != nil {
+					a.print.Write(p.rank, s, now, buf[:n]) // this host's terminal failing stops nothing
+				}
+			}
 			if n == len(buf) && len(buf) < relayMax {
 				buf = make([]byte, relayMax)
 			}
 		}
 		if err != nil {
+			p.files.closeStream(s)
 			return
 		}
+	}
+}
+
+// startPrint makes the multiplexer that prints this host's ranks' output
+// when l asks for it (Launch.Print), as the head would print it, and the
+// agent has somewhere to print. Called with a.mu held, before any rank of
+// l starts: the relays read a.print without the lock.
+func (a *agent) startPrint(l control.Launch) {
+	if l.Print == nil || a.o.Stdout == nil || a.print != nil {
+		return
+	}
+	pr := l.Print
+	o := outputFormat(env.Launcher(l.Personality), pr.Tag, pr.Timestamp, pr.Merge, pr.MergeWindow, l.NodeCount)
+	o.Stdout, o.Stderr, o.SameTerminal = a.o.Stdout, a.o.Stderr, sameFile(a.o.Stdout, a.o.Stderr)
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	o.Host = func(int) string { return l.Host }
+	o.Ranks, o.Only = l.WorldSize, make([]int, 0, len(l.Ranks))
+	for _, s := range l.Ranks {
+		o.Only = append(o.Only, s.Rank)
+	}
+	m, err := output.New(o)
+	if err != nil {
+		a.log.printf("printing the ranks' output: %v", err)
+		return
+	}
+	a.print = m
+}
+
+// printEnded writes what the print multiplexer holds of rank, which
+// ended: before its end is reported, so that the head's word on it comes
+// after its last lines.
+func (a *agent) printEnded(rank int) {
+	if a.print != nil {
+		a.print.CloseRank(rank)
+	}
+}
+
+// closePrint writes what the print multiplexer still holds, as the agent
+// ends.
+func (a *agent) closePrint() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.print != nil {
+		a.print.Close()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,7 +45,7 @@ type launchPlan struct {
 	topo    string                 // a summary of this host's topology, when it was looked at
 	bindErr error
 
-	path             string           // the program, once resolved
+	paths            []string         // each app's program, once resolved (by index in l.Apps; one without apps)
 	pmixEnv          map[int][]string // by rank, when the program needs PMIx
 	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
 	stacksDir        string           // where the ranks' Python hook writes its dumps; "" = no hook
@@ -54,6 +55,9 @@ type launchPlan struct {
 func newLaunchPlan(l control.Launch) *launchPlan {
 	p := &launchPlan{l: l, base: os.Environ()}
 	p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(l, p.base)
+	if p.bindErr == nil {
+		p.bindErr = p.applySlots() // a rankfile's cores
+	}
 	return p
 }
 
@@ -63,6 +67,43 @@ func (p *launchPlan) binding(i int) *topology.RankBinding {
 		return &p.plan[i]
 	}
 	return nil
+}
+
+// app is the app context that rank i runs (by index in l.Ranks): the
+// launch's one program unless it carries several (MPMD).
+func (p *launchPlan) app(i int) control.App {
+	return launchApp(p.l, p.l.Ranks[i].App)
+}
+
+// launchApp is app k of l: its program, working directory and own exports.
+func launchApp(l control.Launch, k int) control.App {
+	if len(l.Apps) == 0 {
+		return control.App{Argv: l.Argv, Dir: l.Dir, Size: l.WorldSize}
+	}
+	a := l.Apps[min(max(k, 0), len(l.Apps)-1)]
+	if a.Dir == "" {
+		a.Dir = l.Dir
+	}
+	return a
+}
+
+// apps is the number of programs the launch runs (1 without apps).
+func (p *launchPlan) apps() int { return max(len(p.l.Apps), 1) }
+
+// path is rank i's program, resolved (by index in l.Ranks).
+func (p *launchPlan) path(i int) string {
+	if k := p.l.Ranks[i].App; k < len(p.paths) {
+		return p.paths[k]
+	}
+	return p.paths[0]
+}
+
+// exports are rank i's -x exports: the job's, then its app's.
+func (p *launchPlan) exports(i int) []string {
+	if len(p.l.Apps) == 0 {
+		return p.l.Exports
+	}
+	return append(slices.Clip(p.l.Exports), p.app(i).Exports...)
 }
 
 // rank is what rank i's environment is computed from (by index in l.Ranks).
@@ -78,7 +119,7 @@ func (p *launchPlan) rank(i int) env.Rank {
 		LocalWorldSize: l.LocalWorldSize, NodeRank: l.NodeRank, NodeCount: l.NodeCount,
 		CrossRank: s.CrossRank, CrossSize: s.CrossSize,
 		Host: l.Host, MasterAddr: l.MasterAddr, MasterPort: l.MasterPort,
-		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: l.Dir, Binding: vars, PMIFD: pmiFD,
+		RestartCount: l.Generation, MaxRestarts: l.MaxRestarts, Dir: p.app(i).Dir, Binding: vars, PMIFD: pmiFD,
 		PMIx: p.pmixEnv[s.Rank], AgentSocket: p.kvSock, Secret: p.kvSecret, Slurm: l.Slurm,
 		StacksDir: p.stacksDir, StacksSignal: stacks.DumpSignal,
 	}
@@ -86,13 +127,13 @@ func (p *launchPlan) rank(i int) env.Rank {
 
 // environ is rank i's environment (by index in l.Ranks).
 func (p *launchPlan) environ(i int) []string {
-	return env.Build(p.base, p.rank(i), p.l.Exports)
+	return env.Build(p.base, p.rank(i), p.exports(i))
 }
 
 // defaultThreads is whether rank i (by index in l.Ranks) gets
 // OMP_NUM_THREADS=1 by default (env.DefaultThreads).
 func (p *launchPlan) defaultThreads(i int) bool {
-	return env.DefaultThreads(p.base, p.rank(i), p.l.Exports)
+	return env.DefaultThreads(p.base, p.rank(i), p.exports(i))
 }
 
 // launch starts a generation of ranks, or answers a print-env request.
@@ -105,6 +146,7 @@ func (a *agent) launch(l control.Launch) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.beginGeneration(l)
+	a.startPrint(l)
 	a.tree.timeout.Store(int64(l.PMI.FenceTimeout))
 	ooms := 0
 	if !a.simulated() {
@@ -181,14 +223,20 @@ func (a *agent) restartPMI(p *launchPlan) {
 // needs it. A message says why no rank can start, with the exit code to
 // report for each. Called with a.mu held.
 func (a *agent) prepare(p *launchPlan) (code int, msg string) {
-	p.path, code, msg = a.resolve(p.l, p.base)
+	p.paths = make([]string, p.apps())
+	for k := range p.paths {
+		app := launchApp(p.l, k)
+		if p.paths[k], code, msg = a.resolveProgram(app.Argv, app.Dir, append(slices.Clip(p.l.Exports), app.Exports...), p.base); msg != "" {
+			break
+		}
+	}
 	if msg == "" && p.bindErr != nil {
 		code, msg = 2, "binding: "+p.bindErr.Error()
 	}
 	a.pmix.close()
 	a.pmix = nil
 	if msg == "" {
-		px, err := a.startPMIx(p.l, p.path)
+		px, err := a.startPMIx(p.l, p.paths...)
 		if err != nil {
 			code, msg = 2, err.Error()
 		} else if px != nil {
@@ -221,11 +269,12 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(ranks); i = int(next.Add(1) - 1) {
-				exe, argv := bindArgv(p.binding(i), p.path, p.l.Argv)
+				app := p.app(i)
+				exe, argv := bindArgv(p.binding(i), p.path(i), app.Argv)
 				if a.simulated() {
-					procs[i], errs[i] = a.startProc(ranks[i], exe, argv, p.environ(i), p.l.Dir)
+					procs[i], errs[i] = a.startProc(ranks[i], exe, argv, p.environ(i), app.Dir)
 				} else {
-					procs[i], errs[i] = a.start(p.l, ranks[i], exe, argv, p.environ(i))
+					procs[i], errs[i] = a.start(app.Dir, ranks[i], exe, argv, p.environ(i))
 				}
 			}
 		}()
@@ -244,7 +293,7 @@ func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms in
 	for i, s := range l.Ranks {
 		rp, err := procs[i], errs[i]
 		if err != nil {
-			a.failRank(l.Generation, s.Rank, forkExitCode(err), fmt.Sprintf("cannot start %s: %v", l.Argv[0], err))
+			a.failRank(l.Generation, s.Rank, forkExitCode(err), fmt.Sprintf("cannot start %s: %v", p.app(i).Argv[0], err)+execHint(p.app(i).Argv[0], err))
 			continue
 		}
 		rp.ooms = ooms
@@ -274,9 +323,16 @@ func forkExitCode(err error) int {
 	return 1
 }
 
-// resolve finds the program as a shell would, in the ranks' PATH, and
-// checks the working directory.
+// resolve finds the launch's program as a shell would, in the ranks'
+// PATH, and checks the working directory.
 func (a *agent) resolve(l control.Launch, base []string) (path string, code int, msg string) {
+	return a.resolveProgram(l.Argv, l.Dir, l.Exports, base)
+}
+
+// resolveProgram finds argv's program as a shell would, in the PATH of
+// base and exports, and checks the working directory dir.
+func (a *agent) resolveProgram(argv []string, dir string, exports, base []string) (path string, code int, msg string) {
+	l := control.Launch{Argv: argv, Dir: dir, Exports: exports}
 	if len(l.Argv) == 0 {
 		return "", 2, "no program to run"
 	}
@@ -300,7 +356,7 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 		case err != nil:
 			return "", 127, fmt.Sprintf("%s: no such file", l.Argv[0])
 		case st.IsDir() || st.Mode()&0o111 == 0:
-			return "", 126, fmt.Sprintf("%s: not an executable file", l.Argv[0])
+			return "", 126, fmt.Sprintf("%s: not an executable file", l.Argv[0]) + pythonHint(l.Argv[0])
 		}
 		if code, bad := badInterpreter(prog, l.Dir); bad != "" {
 			return "", code, l.Argv[0] + ": " + bad
@@ -328,11 +384,11 @@ func (a *agent) resolve(l control.Launch, base []string) (path string, code int,
 			return p, 0, ""
 		}
 	}
-	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar)
+	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar) + pythonHintHere(prog, l.Dir)
 }
 
-// start forks one rank. The caller registers it.
-func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
+// start forks one rank in directory dir. The caller registers it.
+func (a *agent) start(dir string, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
 	// Every descriptor made here: the child's ends are closed once it is
 	// forked, and all of them if anything fails.
 	var parent, child []*os.File
@@ -370,8 +426,12 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 	if inW != nil {
 		parent = append(parent, inW)
 	}
+	files, err := openRankFiles(s.Files, dir)
+	if err != nil {
+		return fail(err)
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Dir:   l.Dir,
+		Dir:   dir,
 		Env:   environ,
 		Files: []uintptr{inR.Fd(), outW.Fd(), errW.Fd(), pmiTheirs.Fd()},
 		// Each rank leads its own session (and so its own process group,
@@ -382,12 +442,13 @@ func (a *agent) start(l control.Launch, s control.RankSpec, path string, argv, e
 		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
+		files.close()
 		return fail(err)
 	}
 	for _, f := range child {
 		f.Close()
 	}
-	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}}
+	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}, files: files}
 	if a.pmi != nil {
 		a.pmi.serve(pmiMine, s.Rank)
 	} else {

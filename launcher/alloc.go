@@ -127,7 +127,11 @@ func (a *Allocation) Select(hosts []hostfile.Host, source string) ([]hostfile.Ho
 	for _, h := range hosts {
 		n, ok := slots[h.Name]
 		if !ok {
-			return nil, fmt.Errorf("%w: %s: host %s is not in %s (its hosts: %s)", ErrUsage, source, h.Name, a.Name(), strings.Join(names, ","))
+			hint := ""
+			if s := hostfile.Closest(h.Name, names); s != "" {
+				hint = " (did you mean " + s + "?)"
+			}
+			return nil, fmt.Errorf("%w: %s: host %s is not in %s%s (its hosts: %s)", ErrUsage, source, h.Name, a.Name(), hint, strings.Join(names, ","))
 		}
 		h.Slots = min(h.Slots, n)
 		out = append(out, h)

@@ -45,7 +45,20 @@ const (
 
 // Options is everything the head needs to run a job.
 type Options struct {
-	Argv []string // the program and its arguments
+	Argv []string // the program and its arguments (with Apps: the whole command line, for records)
+	// Apps are the job's programs when it runs several (MPMD: prog1 :
+	// -np 2 prog2), each on its ranks, in rank order; nil = every rank
+	// runs Argv. Plan.NP is then their sum (see App).
+	Apps []App
+	// DisplayAllocation prints the hosts and their slots before the plan
+	// (--display-allocation, Open MPI's).
+	DisplayAllocation bool
+	// PrintExitCodes prints every rank's exit status when the job ends
+	// (--print-exit-codes, Hydra's -print-all-exitcodes).
+	PrintExitCodes bool
+	// RankFiles writes ranks' output to files on their hosts (torchrun's
+	// --log-dir, Hydra's -outfile-pattern); nil = none.
+	RankFiles *RankFiles
 	// Personality is the launcher whose command line gorun took (gorun
 	// mpirun ...), whose contract the ranks keep; "" = gorun's own.
 	Personality env.Launcher
@@ -131,6 +144,11 @@ type Options struct {
 	// from Started (gorun's main; zero = Run's start) to the agents' end.
 	Trace   bool
 	Started time.Time
+
+	// nodeOutput says that each node of this per-node launch's round
+	// prints its own ranks' output (RunPerNode sets it): the head prints
+	// none of it, and asks the agents to (head.printFor).
+	nodeOutput bool
 }
 
 // ErrUsage is wrapped by errors that are the user's to fix before anything
@@ -171,6 +189,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.Stdin == nil {
 		o.Stdin = os.Stdin
 	}
+	if err := o.setApps(); err != nil {
+		return ExitUsage, err
+	}
 	if o.PerNode != nil {
 		return RunPerNode(ctx, o)
 	}
@@ -209,6 +230,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if o.DisplayMap || o.DryRun {
 		fmt.Fprintf(o.Stderr, "gorun: backend: %s\n", backendLine(o.Alloc))
 	}
+	if o.DisplayAllocation {
+		FormatAllocation(o.Stderr, o.Hosts, o.Plan.Source)
+	}
+	if o.RankFiles != nil && o.RankFiles.Dir != "" && !o.DryRun {
+		fmt.Fprintf(o.Stderr, "gorun: note: the ranks' logs go to %s on each host\n", o.RankFiles.Dir)
+	}
 	if (o.DisplayMap || o.DryRun) && !o.Plan.MapBy.NeedsNUMA() {
 		plan.Format(o.Stderr)
 		if o.DryRun {
@@ -242,6 +269,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s: %s is not set in gorun's environment; not exported\n", name, name)
 	}
 	h := &head{o: o, plan: plan, exports: exports, jobID: cmp.Or(o.JobID, newJobID()), secret: newSecret(), events: make(chan event, 256), done: make(chan struct{})}
+	h.apps = launchApps(o.Apps, func(app int, name string) {
+		fmt.Fprintf(o.Stderr, "gorun: warning: -x %s of program %d: %s is not set in gorun's environment; not exported\n", name, app+1, name)
+	})
 	defer close(h.done)
 	return h.run(ctx)
 }
@@ -338,6 +368,7 @@ type head struct {
 	o       Options
 	plan    *Plan
 	exports []string
+	apps    []control.App // the job's programs (MPMD), nil when it runs one
 	jobID   string
 	secret  string // the job's rendezvous secret, for the agents' KV servers
 
@@ -411,7 +442,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 	defer signal.Stop(sigs)
 
 	if err := h.openOutput(); err != nil {
-		return ExitUsage, fmt.Errorf("%w: --output-filename: %w", ErrUsage, err)
+		return ExitUsage, err
 	}
 	defer h.mux.Close()
 	h.publish()
@@ -457,6 +488,7 @@ func (h *head) run(ctx context.Context) (int, error) {
 	if res.reason == reasonAgentLost && h.o.Rejoin != nil && ctx.Err() == nil && h.o.Rejoin(int(h.gen.Load()), res.host, res.lost) {
 		return ExitLaunch, fmt.Errorf("%w: %s", ErrRejoin, res.lost)
 	}
+	h.printExitCodes()
 	code := h.summarize(res)
 	if ctx.Err() != nil && res.reason != reasonSuccess {
 		return code, h.cancelled(ctx)
@@ -467,22 +499,6 @@ func (h *head) run(ctx context.Context) (int, error) {
 // cancelled is Run's error when its context stopped the job.
 func (h *head) cancelled(ctx context.Context) error {
 	return fmt.Errorf("job %s cancelled: %w", h.jobID, ctx.Err())
-}
-
-// openOutput makes the multiplexer that the ranks' output goes through.
-func (h *head) openOutput() error {
-	o := h.o
-	mux, err := output.New(output.Options{
-		Stdout: o.Stdout, Stderr: o.Stderr, Tag: o.Tag, TagHost: o.Tag && len(h.plan.Nodes) > 1,
-		Host:      func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name },
-		Timestamp: o.Timestamp, Dir: o.OutputDir, SameTerminal: sameFile(o.Stdout, o.Stderr),
-		Merge: o.MergeOutput, MergeWindow: o.MergeWindow, Ranks: len(h.plan.Ranks),
-	})
-	if err != nil {
-		return err
-	}
-	h.mux = mux
-	return nil
 }
 
 // prepare brings the job to where its ranks can start: the agents up, the
@@ -554,8 +570,9 @@ func (h *head) newRecords() {
 func (h *head) replan() error {
 	o := h.o.Plan
 	o.NUMA = make([]int, len(h.plan.Nodes))
+	o.Packages = make([]int, len(h.plan.Nodes))
 	for i, a := range h.agents {
-		o.NUMA[i] = a.hello.NUMA
+		o.NUMA[i], o.Packages[i] = a.hello.NUMA, a.hello.Packages
 	}
 	hosts := make([]hostfile.Host, len(h.plan.Nodes))
 	for i, n := range h.plan.Nodes {
@@ -570,7 +587,9 @@ func (h *head) replan() error {
 			ErrPlan, o.MapBy, o.NP, len(h.plan.Nodes)-len(p.Nodes), len(h.plan.Nodes), o.MapBy)
 	}
 	h.plan = p
-	h.mux.SetRanks(len(p.Ranks))
+	if err := h.mux.SetRanks(len(p.Ranks)); err != nil {
+		return fmt.Errorf("%w: --output-filename: %w", ErrUsage, err)
+	}
 	return nil
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/launcher/control"
-	"github.com/gorun/gorun/launcher/output"
 )
 
 // The head's connections to its agents: starting them, the handshake,
@@ -305,24 +304,6 @@ func (h *head) inBand(a *agentConn, f control.Frame) (bool, error) {
 		return false, nil
 	}
 	return true, nil
-}
-
-// output writes a rank's output. A rank's --output-filename file failing
-// loses its output, which stops the job; gorun's own stdout failing
-// (EPIPE) must not.
-func (h *head) output(a *agentConn, f control.Frame) {
-	out, err := f.Output()
-	if err == nil && out.Rank >= 0 && out.Rank < len(h.live) {
-		h.live[out.Rank].lastOut.Store(time.Now().UnixNano())
-	}
-	if err == nil {
-		err = h.mux.Write(out.Rank, output.Stream(out.Stream), out.Time, out.Data)
-	}
-	if err != nil && h.o.OutputDir != "" && !errors.Is(err, output.ErrClosed) {
-		// A rank's file (Write names it, once): its output is lost.
-		h.events <- outputLost{fromAgent{a.node}, fmt.Sprintf("rank %d's %s is lost: %v (--output-filename)",
-			out.Rank, output.Stream(out.Stream), strings.TrimPrefix(err.Error(), "output: "))}
-	}
 }
 
 // broadcast sends to every agent still connected.

@@ -116,13 +116,19 @@ func (h *head) generations(ctx context.Context, sigs <-chan os.Signal) result {
 
 // restart decides whether the job starts again after generation gen
 // ended with res: only after a rank's failure, while restarts are left
-// and ctx is not done. It says so, and counts the restart in every
-// rank's record.
+// and ctx is not done, and not when the rank's program could not be
+// executed (RankRecord.startFailure), which a restart would not change.
+// It says so, and counts the restart in every rank's record.
 func (h *head) restart(ctx context.Context, gen int, res result) bool {
 	if res.reason != reasonFailed || gen >= h.o.MaxRestarts || ctx.Err() != nil {
 		return false
 	}
 	f := res.first
+	if f.startFailure() {
+		h.notef("gorun: no restart (--max-restarts %d): rank %d's program could not be executed on %s, and would not be again\n",
+			h.o.MaxRestarts, f.Rank, f.Host)
+		return false
+	}
 	h.notef("gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
 		f.Rank, f.Host, f.describe(), gen+1, h.o.MaxRestarts)
 	for i := range h.rec {

@@ -591,6 +591,13 @@ func TestRestart(t *testing.T) {
 		{"a timeout", context.Background(), 0, 2, result{reason: reasonTimeout}, false, 0},
 		{"an agent lost", context.Background(), 0, 2, result{reason: reasonAgentLost}, false, 0},
 		{"Run's context cancelled", cancelledCtx, 0, 2, failed, false, 0},
+		// Migrant review P8: a program that could not be executed would
+		// not be on a restart either.
+		{"no such file", context.Background(), 0, 2, notStarted(ExitNotFound, "./nonexist: no such file"), false, 0},
+		{"not an executable", context.Background(), 0, 2, notStarted(ExitNotExec, "./train.py: not an executable file"), false, 0},
+		{"a bad interpreter", context.Background(), 0, 2, notStarted(ExitNotFound, "./x.sh: bad interpreter: /bin/nosh: no such file"), false, 0},
+		{"a failed fork may pass", context.Background(), 0, 2, notStarted(1, "cannot start ./prog: resource temporarily unavailable"), true, 1},
+		{"exit 127 of a program that ran", context.Background(), 0, 2, result{reason: reasonFailed, first: &RankRecord{Rank: 2, Host: "h1", PID: 102, Code: 127}}, true, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -602,11 +609,41 @@ func TestRestart(t *testing.T) {
 			if g.h.rec[0].Restarts != tt.wantRestart {
 				t.Errorf("Restarts = %d, want %d", g.h.rec[0].Restarts, tt.wantRestart)
 			}
-			note := fmt.Sprintf("gorun: rank 2 on h1 (pid 102) exited with code 3; restarting the job (restart %d of %d)", tt.gen+1, tt.max)
+			note := "restarting the job"
+			if tt.res.first != nil {
+				note = fmt.Sprintf("gorun: rank 2 on h1 %s; restarting the job (restart %d of %d)", tt.res.first.describe(), tt.gen+1, tt.max)
+			}
 			if said := strings.Contains(g.notes.String(), note); said != tt.want {
 				t.Errorf("gorun said %q, want %q said: %v", g.notes, note, tt.want)
 			}
+			noRestart := "gorun: no restart (--max-restarts 2): rank 2's program could not be executed on h1, and would not be again"
+			if said := strings.Contains(g.notes.String(), noRestart); said != (tt.res.first != nil && tt.res.first.startFailure() && tt.ctx.Err() == nil) {
+				t.Errorf("gorun said %q; want %q only for a program that could not be executed", g.notes, noRestart)
+			}
 		})
+	}
+}
+
+// notStarted is the result of a generation whose rank 2 on h1 could not
+// start, with code and why.
+func notStarted(code int, why string) result {
+	return result{reason: reasonFailed, first: &RankRecord{Rank: 2, Host: "h1", Code: code, Err: why}}
+}
+
+// A rank that could not start in a later generation has no pid, though it
+// had one in the generation before: it counts as a start failure, and
+// says "could not start".
+func TestRankRecordLaterStartFailure(t *testing.T) {
+	t.Parallel()
+	var r RankRecord
+	r.update(&control.Exited{Generation: 0, Rank: 0, PID: 41, Code: 3})
+	r.update(&control.Exited{Generation: 1, Rank: 0, Code: ExitNotFound, Err: "./prog: no such file"})
+	if !r.startFailure() || r.describe() != "could not start: ./prog: no such file" {
+		t.Errorf("after a start failure in generation 1: pid %d, startFailure %v, %q", r.PID, r.startFailure(), r.describe())
+	}
+	r.update(&control.Exited{Generation: 1, Rank: 0, PID: 42, Code: ExitNotFound})
+	if r.startFailure() || r.PID != 42 {
+		t.Errorf("a rank that ran and exited 127: pid %d, startFailure %v", r.PID, r.startFailure())
 	}
 }
 

@@ -21,8 +21,8 @@ import (
 func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort int) control.Launch {
 	l := control.Launch{
 		Generation: gen, JobID: h.jobID, RunID: h.o.RunID, Secret: h.secret, Argv: h.o.Argv, Dir: h.dir(), Slurm: h.o.Alloc != nil && h.o.Alloc.Kind == BackendSlurm,
-		Personality: string(h.o.Personality),
-		WorldSize:   len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
+		Personality: string(h.o.Personality), Print: h.printFor(),
+		WorldSize: len(h.plan.Ranks), LocalWorldSize: len(n.Ranks), NodeRank: node, NodeCount: len(h.plan.Nodes),
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
 		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),
@@ -36,8 +36,10 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 	crossRank, crossSize := h.crossRanks()
 	for i, r := range n.Ranks {
 		l.Ranks = append(l.Ranks, control.RankSpec{Rank: r, LocalRank: i, Stdin: r == h.o.StdinRank && gen == h.o.FirstGeneration,
-			CrossRank: crossRank[node][i], CrossSize: crossSize[i]})
+			CrossRank: crossRank[node][i], CrossSize: crossSize[i], App: appIndex(h.apps, r), Slot: h.plan.Ranks[r].Slot,
+			Files: h.o.RankFiles.forRank(r, i, node, n.Host.Name, gen)})
 	}
+	l.Apps = h.apps
 	return l
 }
 

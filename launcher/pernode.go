@@ -11,7 +11,10 @@ package launcher
 // (agentDoor). From there the job is any gorun job: plan, binding, PMI
 // and the KV store, output, the first failure ending every rank, the
 // summary, all on the endpoint's node; the other nodes exit with the
-// job's status.
+// job's status. Each node prints its own ranks' output (its agent does,
+// on its gorun's stdout and stderr), as each node's torchrun prints its
+// workers': every pod's log has its ranks'; the endpoint's node prints
+// its own, and --output-filename's files are written there.
 //
 // Elastic (--nnodes MIN:MAX): a round starts when MAX nodes have joined,
 // or MIN and then --rdzv-last-call passed. A lost node (its gorun killed,
@@ -287,7 +290,7 @@ func RunPerNode(ctx context.Context, o Options) (int, error) {
 	if err != nil {
 		return ExitUsage, fmt.Errorf("%w: --rdzv-endpoint %s: %w", ErrUsage, p.Endpoint, err)
 	}
-	n := &nodeJoin{p: &p, argv: o.Argv, version: o.Version, stderr: o.Stderr, agentHost: host}
+	n := &nodeJoin{p: &p, argv: o.Argv, version: o.Version, stdout: o.Stdout, stderr: o.Stderr, agentHost: host}
 	if ln == nil {
 		return n.run(ctx)
 	}
@@ -701,6 +704,7 @@ func (s *nodeServer) runRound(ctx context.Context, o Options, members []*member,
 	ro.Plan.Source = "the per-node launch at " + s.p.Endpoint
 	ro.FirstGeneration, ro.JobID, ro.RunID, ro.Membership = first, s.jobID, s.p.ID, changes
 	ro.Fanout = 0
+	ro.nodeOutput = true // each node prints its own ranks' output, as each node's torchrun does
 	lostHost, lostCode := "", ExitLaunch
 	if s.p.Elastic() {
 		ro.Rejoin = func(gen int, host, why string) bool {

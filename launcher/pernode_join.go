@@ -26,6 +26,7 @@ type nodeJoin struct {
 	p         *PerNode
 	argv      []string
 	version   string
+	stdout    io.Writer // where this node's ranks' output is printed (its agent prints it); nil = os.Stdout
 	stderr    io.Writer
 	addr      string // where it dials; "" = p.Endpoint
 	agentHost string // the host its agent dials (the endpoint's)
@@ -202,7 +203,11 @@ func (n *nodeJoin) startAgent(st *nodeStart) (*exec.Cmd, chan struct{}, error) {
 	cmd := exec.Command(n.p.Exe, args...)
 	// The token stays with this gorun: the agent and the ranks need none.
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, TokenEnv+"=") }), st.Env...)
-	cmd.Stdout, cmd.Stderr = n.stderr, n.stderr
+	// It prints this node's ranks' output (control.Launch.Print).
+	cmd.Stdout, cmd.Stderr = n.stdout, n.stderr
+	if cmd.Stdout == nil {
+		cmd.Stdout = os.Stdout
+	}
 	// Its own group keeps a terminal's Ctrl-C to this gorun; SIGTERM if
 	// this gorun dies (the agent then stops its ranks and goes).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"github.com/gorun/gorun/internal/intranges"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -27,9 +29,10 @@ const MaxRanks = 1 << 24
 type MapBy struct {
 	Policy  string // "slot", "node" or "ppr"
 	PerNode int    // ranks per node (or per NUMA node, with Per "numa") for "ppr"
-	// Per is what "ppr" counts ranks per: "node" or "numa" (ppr:N:numa:
-	// N ranks per NUMA node of every host, which the plan learns from
-	// the agents: PlanOptions.NUMA).
+	// Per is what "ppr" counts ranks per: "node", "numa" or "package"
+	// (ppr:N:numa, ppr:N:package: N ranks per NUMA node or package of
+	// every host, which the plan learns from the agents:
+	// PlanOptions.NUMA, PlanOptions.Packages).
 	Per string
 	// Within spreads a node's ranks over its NUMA nodes ("numa") or
 	// packages ("package") when they are bound; "" keeps slot order.
@@ -85,11 +88,11 @@ func ParseMapBy(s string) (MapBy, error) {
 		case "numa":
 			return MapBy{Policy: "ppr", PerNode: k, Per: "numa", Within: "numa"}, nil
 		case "socket", "package":
-			return MapBy{}, fmt.Errorf("%w: --map-by %q: gorun places N ranks per host or per NUMA node, not per package: use --map-by ppr:%d:numa (the same where each package is one NUMA node)", ErrPlan, s, k)
+			return MapBy{Policy: "ppr", PerNode: k, Per: "package", Within: "package"}, nil
 		}
-		return MapBy{}, fmt.Errorf("%w: --map-by %q: want ppr:N:node or ppr:N:numa", ErrPlan, s)
+		return MapBy{}, fmt.Errorf("%w: --map-by %q: want ppr:N:node, ppr:N:numa or ppr:N:package", ErrPlan, s)
 	}
-	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node, numa, package, ppr:N:node or ppr:N:numa", ErrPlan, s)
+	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node, numa, package, ppr:N:node, ppr:N:numa or ppr:N:package", ErrPlan, s)
 }
 
 // PlanOptions says how to map ranks.
@@ -102,16 +105,28 @@ type PlanOptions struct {
 	// NUMA is the number of NUMA nodes of each host, for ppr:N:numa; nil
 	// until the agents have said (the plan then counts one per host).
 	NUMA []int
+	// Packages is the number of packages (sockets) of each host, for
+	// ppr:N:package, as NUMA is for ppr:N:numa.
+	Packages []int
+	// Rankfile places each rank on its host and cores (Open MPI's
+	// rankfile, --rankfile): rank r on Rankfile[r]'s host, which must be
+	// one of the hosts. It is the whole mapping: no --map-by or -N.
+	Rankfile []hostfile.RankSlot
 }
 
-// NeedsNUMA reports whether the plan depends on the hosts' NUMA counts.
-func (m MapBy) NeedsNUMA() bool { return m.Policy == "ppr" && m.Per == "numa" }
+// NeedsNUMA reports whether the plan depends on what the agents report of
+// their hosts: the NUMA counts (ppr:N:numa) or the package counts
+// (ppr:N:package).
+func (m MapBy) NeedsNUMA() bool { return m.Policy == "ppr" && (m.Per == "numa" || m.Per == "package") }
 
 // Placement is where one rank runs.
 type Placement struct {
 	Rank      int
 	Node      int // index into Plan.Nodes (the node rank)
 	LocalRank int
+	// Slot is the cores a rankfile binds the rank to (its slot=, as
+	// written); "" = bound as --bind-to says.
+	Slot string
 }
 
 // Node is a host that runs ranks, in node-rank order.
@@ -159,6 +174,34 @@ type planner struct {
 	np     int    // ranks; 0 until counted
 	counts []int  // ranks per host
 	order  []int  // the host index of each rank, in rank order
+	// rankHost is the host index of each rank of a rankfile.
+	rankHost []int
+}
+
+// countRankfile gives each rank the host its rankfile line names: -np,
+// if given, must be the rankfile's rank count.
+func (p *planner) countRankfile() error {
+	rf := p.o.Rankfile
+	if p.np == 0 {
+		p.np = len(rf)
+	}
+	if p.np != len(rf) {
+		return fmt.Errorf("%w: -np %d: the rankfile places %d ranks (give -np %d, or no -np)", ErrPlan, p.np, len(rf), len(rf))
+	}
+	index := make(map[string]int, len(p.hosts))
+	for i, h := range p.hosts {
+		index[h.Name] = i
+	}
+	p.rankHost = make([]int, len(rf))
+	for r, rs := range rf {
+		name, err := rs.Resolve(p.hosts)
+		if err != nil {
+			return fmt.Errorf("%w: --rankfile line %d: %w; the rankfile's hosts must be in %s", ErrPlan, rs.Line, err, p.src)
+		}
+		p.rankHost[r] = index[name]
+		p.counts[index[name]]++
+	}
+	return nil
 }
 
 // newPlanner settles the policy and checks -np against gorun's bounds.
@@ -166,6 +209,12 @@ func newPlanner(hosts []hostfile.Host, o PlanOptions) (*planner, error) {
 	m := o.MapBy
 	if m.Policy == "" {
 		m.Policy = "slot"
+	}
+	if len(o.Rankfile) > 0 {
+		if m.Policy != "slot" || m.Within != "" || o.NPerNode > 0 {
+			return nil, fmt.Errorf("%w: --rankfile places every rank: drop --map-by %s and -N", ErrPlan, m)
+		}
+		m = MapBy{Policy: "rankfile"}
 	}
 	if o.NPerNode > 0 {
 		if m.Policy == "ppr" && m.PerNode != o.NPerNode {
@@ -195,6 +244,8 @@ func (p *planner) count() error {
 	switch p.m.Policy {
 	case "ppr":
 		return p.countPPR()
+	case "rankfile":
+		return p.countRankfile()
 	case "slot", "node":
 		if p.np == 0 {
 			p.np = p.slots
@@ -216,8 +267,12 @@ func (p *planner) countPPR() error {
 	max := 0
 	for i := range p.hosts {
 		per[i] = p.m.PerNode
-		if p.m.NeedsNUMA() && i < len(p.o.NUMA) && p.o.NUMA[i] > 0 {
-			per[i] *= p.o.NUMA[i]
+		counts := p.o.NUMA
+		if p.m.Per == "package" {
+			counts = p.o.Packages
+		}
+		if p.m.NeedsNUMA() && i < len(counts) && counts[i] > 0 {
+			per[i] *= counts[i]
 		}
 		max += per[i]
 	}
@@ -255,6 +310,8 @@ func (p *planner) checkTotal() error {
 func (p *planner) place() error {
 	p.order = make([]int, 0, p.np)
 	switch p.m.Policy {
+	case "rankfile":
+		p.order = p.rankHost
 	case "ppr":
 		for i, c := range p.counts {
 			for range c {
@@ -337,6 +394,9 @@ func (p *planner) plan() *Plan {
 	for r, hi := range p.order {
 		n := &pl.Nodes[nodeOf[hi]]
 		pl.Ranks[r] = Placement{Rank: r, Node: nodeOf[hi], LocalRank: len(n.Ranks)}
+		if r < len(p.o.Rankfile) {
+			pl.Ranks[r].Slot = p.o.Rankfile[r].Slot.Text
+		}
 		n.Ranks = append(n.Ranks, r)
 	}
 	return pl
@@ -380,4 +440,18 @@ func plural(n int, word string) string {
 		return "1 " + word
 	}
 	return strconv.Itoa(n) + " " + word + "s"
+}
+
+// packages counts this host's packages (sockets), for its agent's hello
+// (ppr:N:package plans by it): the distinct physical_package_id of its
+// online CPUs; at least 1.
+func packages() int {
+	m, _ := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/topology/physical_package_id")
+	ids := map[string]bool{}
+	for _, f := range m {
+		if b, err := os.ReadFile(f); err == nil {
+			ids[strings.TrimSpace(string(b))] = true
+		}
+	}
+	return max(len(ids), 1)
 }

@@ -37,6 +37,7 @@ func TestNewPlan(t *testing.T) {
 		{name: "node skips full hosts", hosts: hosts("a", 1, "b", 3), o: PlanOptions{MapBy: MapBy{Policy: "node"}}, nodes: [][]int{{0}, {1, 2, 3}}, hostNames: []string{"a", "b"}},
 		{name: "ppr", hosts: hosts("a", 4, "b", 4, "c", 4), o: PlanOptions{MapBy: MapBy{Policy: "ppr", PerNode: 2}}, nodes: [][]int{{0, 1}, {2, 3}, {4, 5}}, hostNames: []string{"a", "b", "c"}},
 		{name: "ppr per numa", hosts: hosts("a", 8, "b", 8), o: PlanOptions{MapBy: MapBy{Policy: "ppr", PerNode: 2, Per: "numa"}, NUMA: []int{2, 1}}, nodes: [][]int{{0, 1, 2, 3}, {4, 5}}, hostNames: []string{"a", "b"}},
+		{name: "ppr per package", hosts: hosts("a", 8, "b", 8), o: PlanOptions{MapBy: MapBy{Policy: "ppr", PerNode: 1, Per: "package"}, NUMA: []int{4, 4}, Packages: []int{2, 1}}, nodes: [][]int{{0, 1}, {2}}, hostNames: []string{"a", "b"}},
 		{name: "npernode with np", hosts: hosts("a", 4, "b", 4), o: PlanOptions{NP: 3, NPerNode: 2}, nodes: [][]int{{0, 1}, {2}}, hostNames: []string{"a", "b"}},
 		{name: "oversubscribe round robin", hosts: hosts("a", 1, "b", 1), o: PlanOptions{NP: 5, Oversubscribe: true}, nodes: [][]int{{0, 2, 4}, {1, 3}}, hostNames: []string{"a", "b"}, over: true},
 		{name: "max_slots caps oversubscription", hosts: capped, o: PlanOptions{NP: 6, Oversubscribe: true}, nodes: [][]int{{0, 1, 4}, {2, 3, 5}}, hostNames: []string{"a", "b"}, over: true},
@@ -90,18 +91,20 @@ func TestParseMapBy(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]MapBy{"": {Policy: "slot"}, "slot": {Policy: "slot"}, "node": {Policy: "node"}, "ppr:4:node": {Policy: "ppr", PerNode: 4},
 		"numa": {Policy: "slot", Within: "numa"}, "socket": {Policy: "slot", Within: "package"}, "ppr:2:numa": {Policy: "ppr", PerNode: 2, Per: "numa", Within: "numa"},
-		"core": {Policy: "slot"}} { // Open MPI's core: the cores are the slots
+		"ppr:2:package": {Policy: "ppr", PerNode: 2, Per: "package", Within: "package"},
+		"ppr:2:socket":  {Policy: "ppr", PerNode: 2, Per: "package", Within: "package"}, // Open MPI's --npersocket 2
+		"core":          {Policy: "slot"}} {                                             // Open MPI's core: the cores are the slots
 		if got, err := ParseMapBy(in); err != nil || got != want {
 			t.Errorf("ParseMapBy(%q) = %v, %v", in, got, err)
 		}
 	}
-	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:socket", "ppr:2:core", "hwthread", "diagonal"} {
+	for _, in := range []string{"ppr:0:node", "ppr:x:node", "ppr:2:core", "hwthread", "diagonal"} {
 		if _, err := ParseMapBy(in); !errors.Is(err, ErrPlan) || !strings.Contains(err.Error(), in) {
 			t.Errorf("ParseMapBy(%q) error = %v", in, err)
 		}
 	}
 	// Open MPI's spellings that gorun does not share name the gorun way.
-	for in, way := range map[string]string{"hwthread": "use --map-by slot", "ppr:2:socket": "use --map-by ppr:2:numa"} {
+	for in, way := range map[string]string{"hwthread": "use --map-by slot", "ppr:2:core": "want ppr:N:node, ppr:N:numa or ppr:N:package"} {
 		if _, err := ParseMapBy(in); err == nil || !strings.Contains(err.Error(), way) {
 			t.Errorf("ParseMapBy(%q) error = %v, want one naming %q", in, err, way)
 		}

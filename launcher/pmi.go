@@ -98,12 +98,19 @@ type pmiState struct {
 // startPMI makes the PMI-1 server of a launch's ranks.
 func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 	ranks := make([]int, len(l.Ranks))
+	var apps map[int]int // MPMD: each rank's app, for PMI_Get_appnum
 	for i, s := range l.Ranks {
 		ranks[i] = s.Rank
+		if len(l.Apps) > 0 {
+			if apps == nil {
+				apps = make(map[int]int, len(l.Ranks))
+			}
+			apps[s.Rank] = s.App
+		}
 	}
 	gen := l.Generation
 	srv, err := rendezvous.NewPMIServer(rendezvous.PMIConfig{
-		Size: l.WorldSize, Ranks: ranks, KVSName: l.PMI.KVSName, ProcessMapping: l.PMI.Mapping,
+		Size: l.WorldSize, Ranks: ranks, KVSName: l.PMI.KVSName, ProcessMapping: l.PMI.Mapping, AppNums: apps,
 		Fencer: &hostFencer{a: a, gen: gen, node: l.NodeRank},
 		OnAbort: func(rank, code int, msg string) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Code: code, Msg: msg})

@@ -149,18 +149,25 @@ type pmixState struct {
 }
 
 // startPMIx starts the plugin and registers the launch's ranks. It returns
-// nil, nil when the launch does not need PMIx.
-func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
+// nil, nil when the launch does not need PMIx: none of its programs
+// (paths, resolved, one per app: launchApp) links Open MPI or imports
+// mpi4py.
+func (a *agent) startPMIx(l control.Launch, paths ...string) (*pmixState, error) {
 	mode := l.PMI.PMIx
 	if mode == "" || mode == PMIxOff {
 		return nil, nil
 	}
 	if mode == PMIxAuto {
-		need, why := needsPMIx(path, l.Argv)
+		need := false
+		for k, path := range paths {
+			if n, _ := needsPMIx(path, launchApp(l, k).Argv); n {
+				need = true
+				break
+			}
+		}
 		if !need {
 			return nil, nil
 		}
-		_ = why
 	}
 	plug, err := findPMIxPlugin()
 	if errors.Is(err, filetrust.ErrUnsafe) {
@@ -193,6 +200,7 @@ func (a *agent) startPMIx(l control.Launch, path string) (*pmixState, error) {
 	defer cancel()
 	rep, err := s.client.Start(ctx, &pmixbridge.StartRequest{
 		Nspace: s.nspace, Hosts: l.PMI.Hosts, NodeOf: nodeOf, Node: l.NodeRank, UID: os.Getuid(), GID: os.Getgid(),
+		AppOf: appNumbers(l.Apps, l.WorldSize),
 	})
 	if err != nil {
 		s.close()

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode"
 )
 
@@ -63,4 +64,33 @@ func interpreter(head []byte) string {
 		rest = rest[:i]
 	}
 	return string(rest)
+}
+
+// pythonHint is what follows the message of a program that could not be
+// executed when it is a Python script (its name ends in .py): how to
+// run one. "" for any other program.
+func pythonHint(prog string) string {
+	if !strings.HasSuffix(prog, ".py") {
+		return ""
+	}
+	return "; it is a Python script: run it as python3 " + prog + ", or with gorun torchrun " + prog
+}
+
+// pythonHintHere is pythonHint for a program not found in PATH, when a
+// file of that name is in the ranks' working directory dir (as a shell,
+// gorun does not look there).
+func pythonHintHere(prog, dir string) string {
+	if st, err := os.Stat(filepath.Join(dir, prog)); err != nil || st.IsDir() {
+		return ""
+	}
+	return pythonHint(prog)
+}
+
+// execHint is pythonHint for a program whose exec failed with err: a
+// script without a #! line (ENOEXEC), or not executable.
+func execHint(prog string, err error) string {
+	if errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EACCES) {
+		return pythonHint(prog)
+	}
+	return ""
 }

@@ -96,7 +96,7 @@ func (s *SSHStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentP
 	}
 	c, err := s.Dialer.Dial(ctx, host.Name, host.User, host.Port)
 	if err != nil {
-		return nil, err
+		return nil, withHostGuess(err, host.Name) // a typo: did you mean h2?
 	}
 	mine := selfBuildID()
 	cmd := ""

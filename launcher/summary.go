@@ -39,12 +39,13 @@ type RankRecord struct {
 }
 
 func (r *RankRecord) update(x *control.Exited) {
+	if x.PID != 0 || x.Generation != r.Generation {
+		// A rank that could not start in a later generation has no pid.
+		r.PID, r.Start = x.PID, x.Start
+	}
 	r.Generation, r.End, r.Code, r.SignalNum, r.Signal = x.Generation, x.End, x.Code, x.Signal, ""
 	if x.Signal != 0 {
 		r.Signal = sigName(unixSignal(x.Signal))
-	}
-	if x.PID != 0 {
-		r.PID, r.Start = x.PID, x.Start
 	}
 	r.Stopped, r.Err, r.StderrTail, r.MaxRSS, r.OOMKills = x.Stopped, x.Err, x.StderrTail, x.MaxRSS, x.OOMKills
 }
@@ -52,6 +53,14 @@ func (r *RankRecord) update(x *control.Exited) {
 func unixSignal(n int) unix.Signal { return unix.Signal(n) }
 
 func (r *RankRecord) failed() bool { return r.Code != 0 || r.SignalNum != 0 || r.Err != "" }
+
+// startFailure reports whether the rank's program could not be executed
+// (missing, not executable, a bad interpreter: the shells' 127 and 126)
+// before it ran: starting it again would fail the same way, so no
+// restart follows (--max-restarts).
+func (r *RankRecord) startFailure() bool {
+	return r.PID == 0 && r.Err != "" && (r.Code == ExitNotFound || r.Code == ExitNotExec)
+}
 
 // exitCode is the code gorun exits with when this rank is the first failure.
 func (r *RankRecord) exitCode() int {

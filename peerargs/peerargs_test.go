@@ -3,6 +3,7 @@ package peerargs
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -105,7 +106,7 @@ func TestTranslateKeepsArguments(t *testing.T) {
 // Named knows every name the tools' commands have, and no other.
 func TestNamed(t *testing.T) {
 	for name, want := range map[string]Tool{"mpirun": MPIRun, "orterun": MPIRun, "prterun": MPIRun,
-		"mpiexec": MPIExec, "mpiexec.hydra": MPIExec, "torchrun": TorchRun} {
+		"mpiexec": MPIExec, "mpiexec.hydra": MPIExec, "torchrun": TorchRun, "horovodrun": HorovodRun, "deepspeed": DeepSpeed} {
 		if got, ok := Named(name); !ok || got != want {
 			t.Errorf("Named(%q) = %q, %v; want %q", name, got, ok, want)
 		}
@@ -123,7 +124,8 @@ func TestNamed(t *testing.T) {
 // FuzzTranslate reads any command line of any tool without a panic, and
 // whatever follows the program is the program's: after "-np 2 prog" (or
 // torchrun's "--nproc-per-node 2 prog") the fuzzed arguments come out as
-// they went in, last.
+// they went in, last (up to a ':' of mpirun's and mpiexec's, which starts
+// another program).
 func FuzzTranslate(f *testing.F) {
 	f.Add("mpirun", "-np 4 --mca btl tcp ./prog -np 2", "-np 2 -foo : x")
 	f.Add("mpiexec", "-n 2 -genv A 1 -launcher fork prog : x", "-genv A")
@@ -131,16 +133,19 @@ func FuzzTranslate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tool, line, tail string) {
 		Translate(Tool(tool), strings.Fields(line), Options{Gorun: gorunFlags})
 		rest := strings.Fields(tail)
-		for _, tool := range []Tool{MPIRun, MPIExec, TorchRun} {
+		for _, tool := range []Tool{MPIRun, MPIExec, TorchRun, HorovodRun, DeepSpeed} {
 			head := []string{"-np", "2", "prog"}
-			if tool == TorchRun {
+			switch tool {
+			case TorchRun:
 				head = []string{"--nproc-per-node", "2", "prog"}
+			case DeepSpeed:
+				head = []string{"--num_gpus", "2", "--no_local_rank", "prog"}
 			}
 			got, err := Translate(tool, append(head, rest...), Options{Gorun: gorunFlags})
+			if (tool == MPIRun || tool == MPIExec) && slices.Contains(rest, ":") {
+				continue // MPMD: what follows ':' is read as the next program's options
+			}
 			if err != nil {
-				if tool != TorchRun && slices.Contains(rest, ":") {
-					continue // MPMD
-				}
 				t.Fatalf("%s %q: %v", tool, append(head, rest...), err)
 			}
 			want := append([]string{"prog"}, rest...)
@@ -149,4 +154,109 @@ func FuzzTranslate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A job of several programs in a file (Open MPI's --app, Hydra's
+// -configfile): one program a line, '#' lines skipped, read through
+// Options.ReadFile; its errors name the flag.
+func TestTranslateAppFile(t *testing.T) {
+	files := map[string]string{"ok": "# two programs\n-np 1 ./a -v\n\n  -np 2 -x A=1 ./b\n", "empty": "# nothing\n",
+		"hydra": "-n 1 ./a -v\n-n 2 -env A 1 ./b\n"}
+	read := func(name string) ([]byte, error) {
+		if b, ok := files[name]; ok {
+			return []byte(b), nil
+		}
+		return nil, fmt.Errorf("open %s: no such file", name)
+	}
+	o := Options{Gorun: gorunFlags, ReadFile: read}
+	for _, tt := range []struct {
+		tool      Tool
+		args      []string
+		want, err string
+	}{
+		{MPIRun, []string{"--app", "ok"}, "-np 1 ./a -v : -np 2 -x A=1 ./b", ""},
+		{MPIRun, []string{"--mca", "btl", "tcp", "--app", "ok"}, "-x OMPI_MCA_btl=tcp -np 1 ./a -v : -np 2 -x A=1 ./b", ""},
+		{MPIExec, []string{"-configfile", "hydra", "-l"}, "--oversubscribe --tag-output -np 1 ./a -v : -np 2 -x A=1 ./b", ""},
+		{MPIRun, []string{"--app", "ok", "prog"}, "", "mpirun: --app ok and the program prog: give one"},
+		{MPIRun, []string{"--app", "empty"}, "", "mpirun: --app empty: the file names no program"},
+		{MPIExec, []string{"-configfile", "gone"}, "", "mpiexec: -configfile gone: open gone: no such file"},
+		{MPIRun, []string{"--app", "ok", "--app", "ok"}, "", "mpirun: --app ok: give one (and --app ok before it)"},
+	} {
+		got, err := Translate(tt.tool, tt.args, o)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("%s %q: error %v, want %q", tt.tool, tt.args, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got.Args, " ") != tt.want {
+			t.Errorf("%s %q = %q, %v; want %q", tt.tool, tt.args, got.Args, err, tt.want)
+		}
+	}
+}
+
+// Owners names the tools that have a flag (torchrun's abbreviations too:
+// its --np is --nproc-per-node); LauncherProgram knows a launcher run as the program.
+func TestOwnersAndLaunchers(t *testing.T) {
+	for name, want := range map[string]string{"allow-run-as-root": "mpirun", "genvnone": "mpiexec", "nproc_per": "torchrun",
+		"np": "mpirun mpiexec torchrun horovodrun", "num_gpus": "deepspeed", "frobnicate": "", "H": "mpirun horovodrun deepspeed"} {
+		var got []string
+		for _, o := range Owners(name) {
+			got = append(got, string(o))
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("Owners(%q) = %q, want %q", name, got, want)
+		}
+	}
+	for _, argv := range [][]string{{"mpirun"}, {"/usr/bin/mpiexec.hydra", "-n", "2"}, {"mpirun.openmpi"}, {"mpiexec.mpich"},
+		{"python3", "-m", "torch.distributed.run"}, {"/usr/bin/python3.11", "-m", "torch.distributed.run", "x.py"}, {"deepspeed"}} {
+		if _, ok := LauncherProgram(argv); !ok {
+			t.Errorf("LauncherProgram(%q): not a launcher", argv)
+		}
+	}
+	for _, argv := range [][]string{{}, {"./mpirun-test"}, {"python3", "train.py"}, {"python3", "-m", "torch.distributed"}, {"pythonic", "-m", "torch.distributed.run"}} {
+		if tool, ok := LauncherProgram(argv); ok {
+			t.Errorf("LauncherProgram(%q) = %s", argv, tool)
+		}
+	}
+}
+
+// Closest suggests a near name, never a flag's opposite nor one of a
+// letter.
+func TestClosest(t *testing.T) {
+	names := []string{"oversubscribe", "nooversubscribe", "tag-output", "x", "np"}
+	for word, want := range map[string]string{"tag-outptu": "tag-output", "tag_output": "tag-output", "nooversubscrib": "nooversubscribe",
+		"no-oversubscribe": "nooversubscribe", "oversubscrib": "oversubscribe", "y": "", "frobnicate": "", "nq": ""} {
+		if got := Closest(word, names); got != want {
+			t.Errorf("Closest(%q) = %q, want %q", word, got, want)
+		}
+	}
+	// Without the flag itself, its opposite is no suggestion.
+	for word, names := range map[string][]string{"nooversubscribe": {"oversubscribe"}, "no-oversubscribe": {"oversubscribe"}, "oversubscribe": {"nooversubscribe"}} {
+		if got := Closest(word, names); got != "" {
+			t.Errorf("Closest(%q, %q) = %q, want none", word, names, got)
+		}
+	}
+}
+
+// gorun deepspeed's wrapper gives each rank --local_rank=$LOCAL_RANK after
+// the script and before its arguments, as DeepSpeed's launch.py does.
+func TestDeepSpeedWrapper(t *testing.T) {
+	tr, err := Translate(DeepSpeed, []string{"--num_gpus", "2", "--module", "pkg.train", "--lr", "a b"}, Options{Gorun: gorunFlags, Python: "printf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Args) < 4 || tr.Args[2] != "sh" || tr.Args[3] != "-c" || tr.Args[4] != DSWrapper {
+		t.Fatalf("args %q", tr.Args)
+	}
+	if got, want := strings.Join(tr.Args[6:], " "), "4 printf -u -m pkg.train --lr a b"; got != want {
+		t.Errorf("the wrapper's arguments: %q, want %q", got, want)
+	}
+	// printf and its format stand for python3: they print the arguments.
+	c := exec.Command("sh", "-c", DSWrapper, "sh", "5", "printf", "%s|", "-u", "-m", "pkg.train", "--lr", "a b")
+	c.Env = append(os.Environ(), "LOCAL_RANK=3")
+	out, err := c.CombinedOutput()
+	if err != nil || string(out) != "-u|-m|pkg.train|--local_rank=3|--lr|a b|" {
+		t.Errorf("the wrapper ran %q, %v", out, err)
+	}
 }

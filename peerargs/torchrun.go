@@ -24,6 +24,7 @@ type torchState struct {
 	runPath                 bool
 	joinTimeout, lastCall   string // gorun durations
 	ignoredConf, nodeRankAt []string
+	logs                    []string // --log-dir, --redirects, --tee, --local-ranks-filter: gorun's, as given
 }
 
 // Defaults of torchrun's.
@@ -31,10 +32,6 @@ const (
 	torchMasterPort = "29500" // --master-port
 	torchRdzvPort   = "29400" // the port of an --rdzv-endpoint given without one
 )
-
-// outputNote is the note for torchrun's flags that write ranks' output to files.
-const outputNote = "ignored: gorun relays every rank's output itself " +
-	"(--output-filename DIR writes it to files, --tag-output prefixes each line with its rank)"
 
 // set returns the action of a torchrun option that sets a field.
 func set(field func(*torchState) *string) func(*parser, string, []string) error {
@@ -52,7 +49,17 @@ func on(field func(*torchState) *bool) func(*parser, string, []string) error {
 	}
 }
 
-// torchrunFlags are torchrun's flags that gorun takes.
+// logFlag returns the action of torchrun's output flags, which gorun has
+// too (torchrun's files, per local rank, as torchrun writes them).
+func logFlag(gorunFlag string) func(*parser, string, []string) error {
+	return func(p *parser, _ string, v []string) error {
+		p.torch.logs = append(p.torch.logs, gorunFlag, v[0])
+		return nil
+	}
+}
+
+// torchrunFlags are the flags of torchrun, 1.13's and 2.x's
+// (torch/distributed/run.py), and torch.distributed.launch's --use-env.
 var torchrunFlags = []option{
 	{names: []string{"nproc-per-node"}, nargs: 1, do: set(func(s *torchState) *string { return &s.nproc })},
 	{names: []string{"nnodes"}, nargs: 1, do: set(func(s *torchState) *string { return &s.nnodes })},
@@ -68,15 +75,76 @@ var torchrunFlags = []option{
 		return nil
 	}},
 	{names: []string{"max-restarts"}, nargs: 1, do: as("--max-restarts")},
-	{names: []string{"monitor-interval"}, nargs: 1, do: nothing}, // gorun hears of a rank's exit at once
-	{names: []string{"start-method"}, nargs: 1, do: nothing},     // every rank is a process of its own
-	{names: []string{"role"}, nargs: 1, do: nothing},
-	{names: []string{"log-dir"}, nargs: 1, do: noted(outputNote)},
-	{names: []string{"r", "redirects"}, nargs: 1, do: noted(outputNote)},
-	{names: []string{"t", "tee"}, nargs: 1, do: noted(outputNote)},
+	{names: []string{"monitor-interval"}, nargs: 1, do: noted("ignored: gorun hears of a rank's exit at once")},
+	{names: []string{"start-method"}, nargs: 1, do: noted("ignored: every rank is a process of its own, started by exec")},
+	{names: []string{"role"}, nargs: 1, do: func(p *parser, _ string, v []string) error {
+		p.emit("-x", "ROLE_NAME="+v[0])
+		return nil
+	}},
+	{names: []string{"log-dir"}, nargs: 1, do: logFlag("--log-dir")},
+	{names: []string{"r", "redirects"}, nargs: 1, do: logFlag("--redirects")},
+	{names: []string{"t", "tee"}, nargs: 1, do: logFlag("--tee")},
+	{names: []string{"local-ranks-filter"}, nargs: 1, do: logFlag("--local-ranks-filter")},
 	{names: []string{"no-python"}, do: on(func(s *torchState) *bool { return &s.noPython })},
 	{names: []string{"m", "module"}, do: on(func(s *torchState) *bool { return &s.module })},
 	{names: []string{"run-path"}, do: on(func(s *torchState) *bool { return &s.runPath })},
+	{names: []string{"use-env"}, do: nothing}, // every rank finds LOCAL_RANK in its environment
+	{names: []string{"local-addr"}, nargs: 1, do: noted("ignored: gorun finds the address the other nodes reach this one at (--iface NAME chooses)")},
+	{names: []string{"logs-specs"}, nargs: 1, do: refused("gorun writes torchrun's default logs: --log-dir DIR with --redirects and --tee")},
+	{names: []string{"numa-binding"}, nargs: 1, do: numaBinding},
+	{names: []string{"signals-to-handle"}, nargs: 1, do: noted("ignored: gorun passes SIGTERM, SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 on to every rank")},
+	{names: []string{"event-log-handler"}, nargs: 1, do: noted(noteIgnored)},
+	{names: []string{"h", "help"}, do: as("--help")},
+}
+
+// numaBinding takes torchrun's --numa-binding: node and exclusive are
+// gorun's --bind-to gpu (local rank i on the cores and memory of GPU i's
+// NUMA node, each rank its own share).
+func numaBinding(p *parser, typed string, v []string) error {
+	switch v[0] {
+	case "node", "exclusive":
+		p.emit("--bind-to", "gpu")
+		return nil
+	}
+	return fmt.Errorf("%s: gorun binds local rank i to the cores and memory of GPU i's NUMA node: --bind-to gpu (torchrun's node)", typed)
+}
+
+// torchAbbrev takes an abbreviation of one of torchrun's long flags, as
+// argparse does (--nproc 2, --nproc_per=2: a prefix of exactly one flag's
+// names), or a one-letter flag with its value attached (-r3). ok is false
+// when a is none.
+func (p *parser) torchAbbrev(a string) (f option, typedName, value string, hasValue, ok bool, err error) {
+	typedName, value, hasValue = strings.Cut(a, "=")
+	if !strings.HasPrefix(a, "--") {
+		if len(a) > 2 && a[1] != '-' {
+			if f, found := lookup(p.table, a[1:2]); found && f.nargs == 1 {
+				return f, a[:2], a[2:], true, true, nil
+			}
+		}
+		return option{}, typedName, value, hasValue, false, nil
+	}
+	prefix := p.spelling(strings.TrimPrefix(typedName, "--"))
+	var matches []option
+	var spelled []string
+	for _, f := range p.table {
+		hit := false
+		for _, n := range f.names {
+			if len(n) > 1 && strings.HasPrefix(n, prefix) {
+				hit = true
+			}
+		}
+		if hit {
+			matches = append(matches, f)
+			spelled = append(spelled, "--"+f.names[0])
+		}
+	}
+	switch len(matches) {
+	case 0:
+		return option{}, typedName, value, hasValue, false, nil
+	case 1:
+		return matches[0], typedName, value, hasValue, true, nil
+	}
+	return option{}, typedName, value, hasValue, false, fmt.Errorf("ambiguous option: %s could match %s", typedName, strings.Join(spelled, ", "))
 }
 
 // rdzvBackend takes --rdzv-backend: gorun serves the rendezvous itself, in
@@ -162,11 +230,15 @@ func (p *parser) torchrun(rest []string) error {
 			return fmt.Errorf("--nproc-per-node %s: want a number of ranks from 1, or auto", nproc)
 		}
 	}
+	p.emit(s.logs...)
 	if maxNodes == 1 {
 		// One node: a local job; its rendezvous needs no endpoint, and
 		// gorun picks MASTER_ADDR and MASTER_PORT.
 		if nproc != "" {
 			p.emit("-np", nproc)
+		}
+		if s.id != "" && !s.standalone {
+			p.emit("--rdzv-id", s.id) // TORCHELASTIC_RUN_ID, as torchrun's
 		}
 	} else {
 		if nproc == "" {
@@ -227,6 +299,9 @@ func (p *parser) torchProgram(rest []string) error {
 	}
 	if len(rest) == 0 {
 		return nil // gorun says what is missing (or --dry-run needs none)
+	}
+	if err := nested(rest); err != nil {
+		return err
 	}
 	if s.noPython {
 		p.emit(rest...)

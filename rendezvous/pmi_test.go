@@ -599,3 +599,22 @@ func TestPMIServerOps(t *testing.T) {
 	b.Close()
 	s.Close()
 }
+
+// In a job of several programs (MPMD) each rank's PMI_Get_appnum is its
+// program's index; a rank AppNums lacks gets AppNum.
+func TestPMIServerAppNums(t *testing.T) {
+	st, _ := NewStore(3, StoreOptions{})
+	s, err := NewPMIServer(PMIConfig{Size: 3, Ranks: []int{0, 1, 2}, Fencer: st.Member(0, 0), AppNum: 7, AppNums: map[int]int{0: 0, 1: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rank, want := range []string{"appnum=0", "appnum=1", "appnum=7"} {
+		a, b := net.Pipe()
+		go s.ServeConn(context.Background(), a, rank)
+		c := newPMIClient(t, b)
+		if r := c.call("cmd=get_appnum"); r != "cmd=appnum "+want {
+			t.Errorf("rank %d: get_appnum: %q, want %q", rank, r, "cmd=appnum "+want)
+		}
+		b.Close()
+	}
+}

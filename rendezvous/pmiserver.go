@@ -26,6 +26,9 @@ type PMIConfig struct {
 	KVSName string
 	// AppNum is the MPMD application index (default 0).
 	AppNum int
+	// AppNums, if set, is each local rank's MPMD application index (a job
+	// of several programs); a rank it lacks gets AppNum.
+	AppNums map[int]int
 	// UniverseSize answers get_universe_size (default Size).
 	UniverseSize int
 	// ProcessMapping is the PMI_process_mapping value (see ProcessMapping).
@@ -361,7 +364,11 @@ func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err erro
 		return false, pc.reply(formatPMI("maxes", "kvsname_max", strconv.Itoa(PMIKVSNameMax),
 			"keylen_max", strconv.Itoa(PMIKeyLenMax), "vallen_max", strconv.Itoa(PMIValLenMax)))
 	case "get_appnum":
-		return false, pc.reply(formatPMI("appnum", "appnum", strconv.Itoa(s.cfg.AppNum)))
+		app, ok := s.cfg.AppNums[pc.rank]
+		if !ok {
+			app = s.cfg.AppNum
+		}
+		return false, pc.reply(formatPMI("appnum", "appnum", strconv.Itoa(app)))
 	case "get_my_kvsname":
 		return false, pc.reply(formatPMI("my_kvsname", "kvsname", s.cfg.KVSName))
 	case "get_universe_size":

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorun/gorun/config"
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/internal/filetrust"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/launcher/control"
@@ -126,12 +127,18 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						in, out = conn, conn
 						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
 					}
-					err := launcher.RunAgent(context.Background(), launcher.AgentOptions{
+					ao := launcher.AgentOptions{
 						In: in, Out: out, Log: stderr, Host: host, Version: version,
 						// srun's agents name no host; a per-node launch's do, and are no step's tasks.
 						Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
 						ConnAddr: connAddr, ClientAddr: clientAddr,
-					})
+					}
+					if c.String("connect") != "" {
+						// Its stdout is no control channel: a per-node
+						// launch's node prints its ranks' output there.
+						ao.Stdout, ao.Stderr = os.Stdout, stderr
+					}
+					err := launcher.RunAgent(context.Background(), ao)
 					if err != nil && !errors.Is(err, io.EOF) {
 						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}
 					}
@@ -371,6 +378,14 @@ func runJob(c *cli.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	o.Argv = c.Args().Slice()
+	if o.Apps, err = launcher.ParseApps(o.Argv, o.Plan.NP); err != nil { // prog1 : -np 2 prog2
+		return errExit{code: launcher.ExitUsage, err: err}
+	}
+	if note, err := launcherProgram(o.Argv, o.Plan.NP); err != nil { // gorun -np 2 mpirun ./prog
+		return errExit{code: launcher.ExitUsage, err: err}
+	} else if note != "" {
+		fmt.Fprintf(stderr, "gorun: note: %s\n", note)
+	}
 	o.Personality = personalityOf(c)
 	if err := preflightPlugin(c, o, stdout, stderr); err != nil {
 		return err
@@ -470,12 +485,41 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
+	var rankfile []hostfile.RankSlot
+	if f := get("rankfile"); f != "" {
+		if rankfile, err = hostfile.ParseRankfileFile(f); err != nil {
+			return launcher.Options{}, usage(err)
+		}
+		if implicit {
+			if hosts, err = launcher.RankfileHosts(rankfile); err != nil {
+				return launcher.Options{}, usage(err)
+			}
+			implicit, desc = false, "--rankfile "+f
+		}
+	}
+	var runID string
+	if perNode == nil {
+		runID = get("rdzv-id") // TORCHELASTIC_RUN_ID, as torchrun's
+	}
+	files, err := launcher.TorchLogs(get("log-dir"), runID, get("redirects"), get("tee"), get("local-ranks-filter"))
+	if err != nil {
+		return launcher.Options{}, usage(err)
+	}
+	if hydra, err := launcher.HydraFiles(get("outfile-pattern"), get("errfile-pattern")); err != nil {
+		return launcher.Options{}, usage(err)
+	} else if hydra != nil {
+		if files != nil {
+			return launcher.Options{}, usage(errors.New("--outfile-pattern or --errfile-pattern, and --log-dir, --redirects, --tee or --local-ranks-filter: give one kind"))
+		}
+		files = hydra
+	}
 	o := launcher.Options{
 		PerNode: perNode,
 		Dir:     wdir,
 		Hosts:   hosts, ImplicitHosts: implicit,
 		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: nPerNode,
-			Oversubscribe: flag("oversubscribe"), Source: desc},
+			Oversubscribe: flag("oversubscribe"), Source: desc, Rankfile: rankfile},
+		DisplayAllocation: flag("display-allocation"), PrintExitCodes: flag("print-exit-codes"), RankFiles: files, RunID: runID,
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		MergeOutput: flag("merge-output"), MergeWindow: dur("merge-window"),

@@ -9,7 +9,8 @@ import (
 	"github.com/gorun/gorun/peerargs"
 )
 
-// The flags a migrant from mpirun, mpiexec or torchrun types. Spellings
+// The flags a migrant from mpirun, mpiexec or torchrun types, without
+// the launcher's name. Spellings
 // whose meaning gorun has become gorun's flags before urfave/cli parses
 // (it takes one value per flag; --mca and -genv take two); the others are
 // refused with one line that names the gorun way.
@@ -165,10 +166,21 @@ func rewriteArgs(args []string) (out, notes []string, err error) {
 	return append(out, args[i:]...), notes, nil
 }
 
-// unknownFlag is the error for the flag typed as a, with the closest of
-// gorun's flags (names of one letter are suggested for none: any other
-// letter is one edit away).
+// unknownFlag is the error for the flag typed as a: a flag of another
+// launcher names the personality that takes it (--allow-run-as-root is
+// mpirun's: gorun mpirun ...); another gets the closest of gorun's flags
+// (names of one letter are suggested for none: any other letter is one
+// edit away; a flag's opposite never: -nooversubscribe is not
+// --oversubscribe).
 func unknownFlag(a, name string, known map[string]bool) error {
+	if owners := peerargs.Owners(name); len(owners) > 0 {
+		var whose, ways []string
+		for _, t := range owners {
+			whose = append(whose, string(t)+"'s")
+			ways = append(ways, "gorun "+string(t)+" "+a+" ...")
+		}
+		return fmt.Errorf("%s is %s: %s", a, strings.Join(whose, " and "), strings.Join(ways, " or "))
+	}
 	var names []string
 	for n := range known {
 		if len(n) > 1 {
@@ -177,7 +189,7 @@ func unknownFlag(a, name string, known map[string]bool) error {
 	}
 	slices.Sort(names) // the same suggestion every time
 	if len(name) > 2 {
-		if s := config.Closest(name, names); s != "" {
+		if s := peerargs.Closest(name, names); s != "" {
 			return fmt.Errorf("unknown flag %s (did you mean %s?)", a, dashed(s))
 		}
 	}

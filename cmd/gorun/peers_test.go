@@ -92,7 +92,20 @@ func TestPeerAndUnknownFlagsRefused(t *testing.T) {
 		{args: []string{"--tag-outptu", "-np", "1"}, want: "unknown flag --tag-outptu (did you mean --tag-output?)"},
 		{args: []string{"-np", "1", "-tag-outptu=1"}, want: "unknown flag -tag-outptu (did you mean --tag-output?)"},
 		{args: []string{"--frobnicate"}, want: "unknown flag --frobnicate (gorun --help lists them)"},
-		{args: []string{"-q"}, want: "unknown flag -q (gorun --help lists them)"},
+		{args: []string{"-qq"}, want: "unknown flag -qq (gorun --help lists them)"},
+		// A peer's flag without its launcher's name names the personality.
+		{args: []string{"-q"}, want: "-q is mpirun's: gorun mpirun -q ..."},
+		{args: []string{"--allow-run-as-root", "-np", "1"}, want: "--allow-run-as-root is mpirun's: gorun mpirun --allow-run-as-root ..."},
+		{args: []string{"-bynode"}, want: "-bynode is mpirun's: gorun mpirun -bynode ..."},
+		{args: []string{"--gmca", "a", "b"}, want: "--gmca is mpirun's: gorun mpirun --gmca ..."},
+		{args: []string{"-configfile", "cfg"}, want: "-configfile is mpiexec's: gorun mpiexec -configfile ..."},
+		{args: []string{"--max_restarts=1", "-qqq"}, want: "unknown flag -qqq (gorun --help lists them)"},
+		{args: []string{"--nproc_per", "2"}, want: "--nproc_per is torchrun's: gorun torchrun --nproc_per ..."},
+		{args: []string{"-x", "A=1", "-genvnone"}, want: "-genvnone is mpiexec's: gorun mpiexec -genvnone ..."},
+		{args: []string{"-n", "1", "--use_env"}, want: "--use_env is torchrun's: gorun torchrun --use_env ..."},
+		// -nooversubscribe is mpirun's, never --oversubscribe's typo.
+		{args: []string{"-nooversubscribe"}, want: "-nooversubscribe is mpirun's: gorun mpirun -nooversubscribe ..."},
+		{args: []string{"--no-oversubscribe"}, want: "unknown flag --no-oversubscribe (gorun --help lists them)"},
 		{args: []string{"--node_rank", "0"}, want: "--node_rank 0: the endpoint gives each node its rank (--rdzv-endpoint): drop it"},
 		{args: []string{"--standalone"}, want: "--standalone: a job on one host needs no rendezvous: drop it"},
 		{args: []string{"--rdzv_backend", "c10d"}, want: "--rdzv_backend c10d: gorun's per-node launch needs no backend: give --rdzv-endpoint HOST:PORT (and --rdzv-last-call, --rdzv-timeout for the timeouts); drop it"},
@@ -102,7 +115,10 @@ func TestPeerAndUnknownFlagsRefused(t *testing.T) {
 		{args: []string{"-l=1"}, want: "-l 1: takes no value"},
 		{args: []string{"--bind-to", "hwthread", "-np", "1"}, want: `usage: --bind-to "hwthread": gorun binds whole cores, never one hardware thread of a core: use --bind-to core`},
 		{args: []string{"--map-by", "hwthread", "-np", "1"}, want: `plan: --map-by "hwthread": gorun places ranks on whole cores, never one hardware thread of a core: use --map-by slot (with --bind-to core)`},
-		{args: []string{"--map-by", "ppr:2:socket"}, want: `plan: --map-by "ppr:2:socket": gorun places N ranks per host or per NUMA node, not per package: use --map-by ppr:2:numa (the same where each package is one NUMA node)`},
+		{args: []string{"--map-by", "ppr:2:core"}, want: `plan: --map-by "ppr:2:core": want ppr:N:node, ppr:N:numa or ppr:N:package`},
+		// A launcher as the program: every rank would start its own job.
+		{args: []string{"-np", "2", "mpirun", "-np", "4", "./a"}, want: "usage: the program mpirun is a launcher: each of the 2 ranks would start a job of its own; run gorun mpirun -np 4 ./a (gorun reads mpirun's command line)", bare: true},
+		{args: []string{"mpiexec.mpich", "-n", "2", "./a"}, want: "usage: the program mpiexec.mpich is a launcher: every rank would start a job of its own; run gorun mpiexec -n 2 ./a (gorun reads mpiexec's command line)", bare: true},
 		{args: []string{"-np"}, want: "flag needs an argument: -np", bare: true},
 	}
 	for _, tt := range tests {

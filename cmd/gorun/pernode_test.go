@@ -100,8 +100,9 @@ func waitUntil(t *testing.T, limit time.Duration, what string, f func() bool) {
 }
 
 // Two gorun processes on this machine, one endpoint: the ranks get the
-// world's variables, torch's and torchrun's; a failure on one node ends
-// every rank on both, and both exit with the rank's status.
+// world's variables, torch's and torchrun's, and each node prints its own
+// ranks' output; a failure on one node ends every rank on both, and both
+// exit with the rank's status.
 func TestPerNodeLocal(t *testing.T) {
 	t.Parallel()
 	endpoint := "127.0.0.1:" + freePort(t)
@@ -126,19 +127,18 @@ func TestPerNodeLocal(t *testing.T) {
 	if code := b.wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("other node: exit %d\n%s", code, b.stderr.String())
 	}
-	lines := strings.Split(strings.TrimSpace(a.stdout.String()), "\n")
-	sort.Strings(lines)
 	want := []string{
 		"token=none rank=0 world=4 local=0/2 group=0/2 role=0/4 run=job42 restarts=0 master=127.0.0.1",
 		"token=none rank=1 world=4 local=1/2 group=0/2 role=1/4 run=job42 restarts=0 master=127.0.0.1",
 		"token=none rank=2 world=4 local=0/2 group=1/2 role=2/4 run=job42 restarts=0 master=127.0.0.1",
 		"token=none rank=3 world=4 local=1/2 group=1/2 role=3/4 run=job42 restarts=0 master=127.0.0.1",
 	}
-	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
-		t.Errorf("the endpoint's node printed\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
-	}
-	if b.stdout.String() != "" {
-		t.Errorf("the other node printed ranks' output itself:\n%s", b.stdout.String())
+	for i, n := range []*node{a, b} {
+		lines := strings.Split(strings.TrimSpace(n.stdout.String()), "\n")
+		sort.Strings(lines)
+		if w := want[2*i : 2*i+2]; strings.Join(lines, "\n") != strings.Join(w, "\n") {
+			t.Errorf("node %d printed\n%s\nwant its own ranks'\n%s", i, strings.Join(lines, "\n"), strings.Join(w, "\n"))
+		}
 	}
 
 	// Rank 3 (the other node's) fails; every rank ends.
@@ -268,12 +268,15 @@ func TestPerNodeNetnsTorchDDP(t *testing.T) {
 			t.Fatalf("h%d: exit %d\n%s", i+1, code, n.stderr.String())
 		}
 	}
-	checkDDPOutput(t, result{stdout: nodes[0].stdout.String(), stderr: nodes[0].stderr.String()}, 3)
-	for i, n := range nodes[1:] {
-		if n.stdout.String() != "" {
-			t.Errorf("h%d printed ranks' output itself:\n%s", i+2, n.stdout.String())
+	// Each node prints its own rank's line.
+	var all strings.Builder
+	for i, n := range nodes {
+		if got := len(regexp.MustCompile(`(?m)^rank \d+/3 `).FindAllString(n.stdout.String(), -1)); got != 1 {
+			t.Errorf("h%d printed %d ranks' lines, want its one rank's:\n%s", i+1, got, n.stdout.String())
 		}
+		all.WriteString(n.stdout.String())
 	}
+	checkDDPOutput(t, result{stdout: all.String(), stderr: nodes[0].stderr.String()}, 3)
 }
 
 // Elastic, --nnodes 2:3 on hosts in network namespaces: h3's gorun is
@@ -292,19 +295,28 @@ func TestPerNodeNetnsElastic(t *testing.T) {
 	h1 := onHost(t, c, "h1", args...)
 	h2 := onHost(t, c, "h2", args...)
 	h3 := onHost(t, c, "h3", args...)
-	count := func(re string) int { return len(regexp.MustCompile(re).FindAllString(h1.stdout.String(), -1)) }
+	var h4 *node
+	// Each node prints its own rank's lines.
+	stdout := func() string {
+		s := h1.stdout.String() + h2.stdout.String() + h3.stdout.String()
+		if h4 != nil {
+			s += h4.stdout.String()
+		}
+		return s
+	}
+	count := func(re string) int { return len(regexp.MustCompile(re).FindAllString(stdout(), -1)) }
 	waitUntil(t, 60*time.Second, "3 ranks in generation 0", func() bool { return count(`gen=0/0 rank=\d world=3`) == 3 })
 	waitMarked(t, mark, 3, 20*time.Second)
 
 	h3.cmd.Process.Kill()
 	waitUntil(t, 60*time.Second, "2 ranks in generation 1", func() bool { return count(`gen=1/1 rank=\d world=2`) == 2 })
-	if strings.Contains(h1.stdout.String(), "gen=1/1 rank=0 world=2 host=h3") || count(`gen=1/1 .*host=h3`) != 0 {
-		t.Errorf("h3 is in generation 1:\n%s", h1.stdout.String())
+	if count(`gen=1/1 .*host=h3`) != 0 {
+		t.Errorf("h3 is in generation 1:\n%s", stdout())
 	}
-	h4 := onHost(t, c, "h4", args...)
+	h4 = onHost(t, c, "h4", args...)
 	time.Sleep(2 * time.Second) // h4 joins and waits
 	if count(`host=h4`) != 0 {
-		t.Fatalf("h4 joined the running generation:\n%s", h1.stdout.String())
+		t.Fatalf("h4 joined the running generation:\n%s", stdout())
 	}
 	// h2 is cut off the network: the head hears no heartbeat from its
 	// agent, and h2's gorun hears none from the endpoint.
@@ -321,10 +333,13 @@ func TestPerNodeNetnsElastic(t *testing.T) {
 	if code := h2.wait(t, 30*time.Second); code != 125 || !strings.Contains(h2.stderr.String(), "endpoint "+endpoint+" went away") {
 		t.Errorf("h2, cut off: exit %d, want 125 and a line that names the endpoint\n%s", code, h2.stderr.String())
 	}
-	out, errs := h1.stdout.String(), h1.stderr.String()
-	for _, want := range []string{`gen=2/2 rank=0 world=2 host=h1`, `gen=2/2 rank=1 world=2 host=h4`} {
-		if !strings.Contains(out, want) {
-			t.Errorf("no %q in the endpoint's output:\n%s", want, out)
+	errs := h1.stderr.String()
+	for _, want := range []struct {
+		n    *node
+		line string
+	}{{h1, `gen=2/2 rank=0 world=2 host=h1`}, {h4, `gen=2/2 rank=1 world=2 host=h4`}} {
+		if !strings.Contains(want.n.stdout.String(), want.line) {
+			t.Errorf("no %q in its node's output:\n%s", want.line, want.n.stdout.String())
 		}
 	}
 	for _, want := range []string{
@@ -363,8 +378,9 @@ func TestPerNodeElasticLeave(t *testing.T) {
 	if code := nodes[0].wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("endpoint: exit %d\n%s", code, nodes[0].stderr.String())
 	}
-	if n := strings.Count(nodes[0].stdout.String(), "gen=1 rank="); n != 2 || !strings.Contains(nodes[0].stdout.String(), "world=2") {
-		t.Errorf("want 2 ranks of world 2 in generation 1:\n%s", nodes[0].stdout.String())
+	out := nodes[0].stdout.String() + nodes[1].stdout.String() // each node prints its own rank's lines
+	if n := strings.Count(out, "gen=1 rank="); n != 2 || strings.Count(out, "world=2") != 2 || strings.Contains(nodes[2].stdout.String(), "gen=1") {
+		t.Errorf("want 2 ranks of world 2 in generation 1, on the nodes that stayed:\n%s", out)
 	}
 	if code := nodes[2].wait(t, 30*time.Second); code != 130 {
 		t.Errorf("the node that got SIGINT: exit %d, want 130\n%s", code, nodes[2].stderr.String())
@@ -390,5 +406,6 @@ func TestPerNodeNetnsMPICH(t *testing.T) {
 			t.Fatalf("h%d: exit %d\nstdout:\n%s\nstderr:\n%s", i+1, code, n.stdout.String(), n.stderr.String())
 		}
 	}
-	checkPassed(t, result{stdout: nodes[0].stdout.String(), stderr: nodes[0].stderr.String()}, 4, 2)
+	// Each node prints its own ranks' lines.
+	checkPassed(t, result{stdout: nodes[0].stdout.String() + nodes[1].stdout.String(), stderr: nodes[0].stderr.String()}, 4, 2)
 }

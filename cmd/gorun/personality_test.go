@@ -73,14 +73,16 @@ func TestPersonalitySymlinks(t *testing.T) {
 		stdout string // its lines, sorted
 		stderr string // in stderr
 	}{
-		{"mpirun", []string{"-np", "2", "-x", "A=1", "-tag-output", "sh", "-c", "echo $A"}, "[0] 1\n[1] 1\n", ""},
+		{"mpirun", []string{"-np", "2", "-x", "A=1", "-tag-output", "sh", "-c", "echo $A"}, "[1,0]<stdout>:1\n[1,1]<stdout>:1\n", ""},
 		{"orterun", append([]string{"-c", "2"}, printRank...), "rank=0 size=2 args=\nrank=1 size=2 args=\n", ""},
 		{"prterun", append(append([]string{"-n", "1"}, printRank...), "-np", "5"), "rank=0 size=1 args=-np 5\n", ""},
 		{"mpiexec", append([]string{"-n", "3", "-genvall"}, printRank...), "rank=0 size=3 args=\nrank=1 size=3 args=\nrank=2 size=3 args=\n",
 			"gorun mpiexec: note: -genvall: ranks on this machine inherit"},
 		{"mpiexec.hydra", []string{"-n", "2", "-l", "-genv", "A", "x y", "sh", "-c", "echo $A"}, "[0] x y\n[1] x y\n", ""},
-		{"torchrun", append([]string{"--nproc_per_node=2", "--no-python", "--log-dir", dir}, printRank...),
-			"rank=0 size=2 args=\nrank=1 size=2 args=\n", "gorun torchrun: note: --log-dir " + dir + ": ignored"},
+		{"torchrun", append([]string{"--nproc_per_node=2", "--no-python", "--log-dir", dir, "--tee", "1"}, printRank...),
+			"rank=0 size=2 args=\nrank=1 size=2 args=\n", "gorun: note: the ranks' logs go to " + dir + "/none_"},
+		{"horovodrun", append([]string{"-np", "2"}, printRank...), "[0] rank=0 size=2 args=\n[1] rank=1 size=2 args=\n", ""}, // tagged, as its mpirun's
+		{"deepspeed", []string{"--num_gpus", "1", "--no_python", "--no_local_rank", "sh", "-c", "echo $WORLD_SIZE"}, "1\n", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -144,15 +146,19 @@ func TestPersonalityRefused(t *testing.T) {
 	}{
 		{append([]string{"mpirun", "-np", "1", "-foo"}, prog...), "gorun mpirun: unknown flag -foo"},
 		{append([]string{"mpirun", "-np", "1", "-genv", "A", "1"}, prog...), "gorun mpirun: unknown flag -genv"},
-		{append(append([]string{"mpirun", "-np", "1"}, prog...), ":", "-np", "1", "true"),
-			"gorun mpirun: ':' (several programs in one job, MPMD): gorun runs one program; run one that picks what to do by its rank ($OMPI_COMM_WORLD_RANK, $PMI_RANK or $RANK)"},
-		{append([]string{"mpiexec", "-n", "1", "-configfile", "cfg"}, prog...), "gorun mpiexec: -configfile cfg: gorun runs one program, given on its command line: give it there"},
+		{append(append([]string{"mpirun", "-np", "1"}, prog...), ":", "-np", "1", "-H", "a", "true"),
+			"gorun mpirun: -H a after ':': gorun places every program's ranks on the job's hosts; give them before the first program"},
+		{append([]string{"mpiexec", "-n", "1", "-configfile", "cfg"}, prog...), "gorun mpiexec: -configfile cfg and the program sh: give one"},
+		{append([]string{"mpirun", "-np", "1", "--tag-outptu"}, prog...), "gorun mpirun: unknown flag --tag-outptu (did you mean --tag-output?)"},
+		{append([]string{"mpirun", "-np", "2", "mpirun"}, prog...), "gorun mpirun: the program mpirun is a launcher itself, and every rank would start a job of its own: give its command line to gorun (gorun mpirun sh -c touch " + marker + ")"},
+		{append([]string{"mpiexec", "-n", "1", "-prepend-pattern", "%r"}, prog...), "gorun mpiexec: -prepend-pattern %r: --tag-output prefixes each line with [rank] ([host:rank] over several hosts)"},
 		{append([]string{"mpiexec", "-n", "1", "-launcher", "lsf"}, prog...), "gorun mpiexec: -launcher lsf: gorun starts ranks through ssh, fork (this machine), slurm or pbs"},
 		{append([]string{"torchrun", "--nproc-per-node", "gpu", "--no-python"}, prog...),
 			"gorun torchrun: --nproc-per-node gpu: give the number of ranks per node, or auto (one per GPU, else one per core)"},
 		{append([]string{"torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--no-python"}, prog...),
 			"gorun torchrun: --nnodes 2: give the node that serves the rendezvous: --rdzv-endpoint HOST:PORT (or --master-addr HOST)"},
-		{append([]string{"torchrun", "--local-addr", "x", "--no-python"}, prog...), "gorun torchrun: unknown flag --local-addr"},
+		{append([]string{"torchrun", "--local-adr", "x", "--no-python"}, prog...), "gorun torchrun: unknown flag --local-adr (did you mean --local-addr?)"},
+		{append([]string{"torchrun", "--rdzv", "x", "--no-python"}, prog...), "gorun torchrun: ambiguous option: --rdzv could match --rdzv-endpoint, --rdzv-id, --rdzv-backend, --rdzv-conf"},
 		// A gorun flag's value that gorun refuses: gorun's own line.
 		{append([]string{"mpirun", "-np", "1", "--bind-to", "hwthread"}, prog...),
 			`gorun: usage: --bind-to "hwthread": gorun binds whole cores, never one hardware thread of a core: use --bind-to core`},

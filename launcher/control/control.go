@@ -101,6 +101,7 @@ type Hello struct {
 	PID      int    `json:"pid,omitempty"`       // the agent's pid
 	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
 	NUMA     int    `json:"numa,omitempty"`      // NUMA nodes of the host
+	Packages int    `json:"packages,omitempty"`  // packages (sockets) of the host
 	FreePort int    `json:"free_port,omitempty"` // a port free on the agent's host, outside the ephemeral range
 	// ConnAddr is the agent host's own address on the connection the head
 	// reached it by (the server side of SSH_CONNECTION); "" when local.
@@ -143,6 +144,37 @@ type RankSpec struct {
 	// rank (env.CrossRanks), which need every node's rank count.
 	CrossRank int `json:"cross_rank,omitempty"`
 	CrossSize int `json:"cross_size,omitempty"`
+	// App is the index in Launch.Apps of the app context the rank runs;
+	// 0 when the launch has none (every rank runs Launch.Argv).
+	App int `json:"app,omitempty"`
+	// Slot is the cores a rankfile binds the rank to (Open MPI's slot=:
+	// PACKAGE:CORES or CORES, logical numbers); "" = as Bind says.
+	Slot string `json:"slot,omitempty"`
+	// Files, if set, writes the rank's output to files on its host.
+	Files *RankFiles `json:"files,omitempty"`
+}
+
+// RankFiles sends a rank's output to files on its host (torchrun's
+// --log-dir, Hydra's -outfile-pattern), created with their directories
+// and truncated as the rank starts.
+type RankFiles struct {
+	Stdout string `json:"stdout,omitempty"` // its stdout's file; "" = none
+	Stderr string `json:"stderr,omitempty"` // its stderr's file; "" = none
+	// Quiet are the streams (1 stdout, 2 stderr) that are not relayed
+	// to gorun's output: they go to their file only.
+	Quiet uint8 `json:"quiet,omitempty"`
+}
+
+// App is one application context of a job (MPMD): Size consecutive ranks
+// from First that run one program. The apps of a job share its ranks'
+// numbering and rendezvous (one MPI_COMM_WORLD). A dynamic spawn
+// (MPI_Comm_spawn_multiple) is a list of them too, in a job of its own.
+type App struct {
+	Argv    []string `json:"argv"`
+	Dir     string   `json:"dir,omitempty"`     // its ranks' working directory; "" = Launch.Dir
+	Exports []string `json:"exports,omitempty"` // its own resolved -x NAME=value pairs, after Launch.Exports
+	First   int      `json:"first"`             // its first rank
+	Size    int      `json:"size"`              // its number of ranks
 }
 
 // Launch asks an agent to start a generation of its ranks.
@@ -168,6 +200,24 @@ type Launch struct {
 	Bind           Bind       `json:"bind"`
 	PMI            PMI        `json:"pmi"`
 	PrintEnv       int        `json:"print_env,omitempty"` // if > 0, reply with the Env of rank PrintEnv-1 and start nothing
+	// Print, if set, asks the agent to print its ranks' output on its own
+	// stdout and stderr, as the head would print it (a per-node launch:
+	// each node prints its own ranks'); it still relays the output.
+	Print *Print `json:"print,omitempty"`
+	// Apps are the job's app contexts when it runs several programs
+	// (MPMD: prog1 : -np 2 prog2), in rank order; each rank runs the app
+	// its RankSpec names. Empty: every rank runs Argv.
+	Apps []App `json:"apps,omitempty"`
+}
+
+// Print is how an agent prints its ranks' output (Launch.Print): the
+// head's --tag-output, --timestamp-output and --merge-output, in the
+// formats of Launch.Personality.
+type Print struct {
+	Tag         bool          `json:"tag,omitempty"`          // --tag-output
+	Timestamp   bool          `json:"timestamp,omitempty"`    // --timestamp-output
+	Merge       bool          `json:"merge,omitempty"`        // --merge-output, of this host's ranks
+	MergeWindow time.Duration `json:"merge_window,omitempty"` // --merge-window; 0 = the default
 }
 
 // Bind says how an agent binds its ranks (package topology plans it).

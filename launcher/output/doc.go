@@ -29,15 +29,29 @@
 // (timestamps still apply per line if asked; tag options are ignored). Files
 // are opened lazily and appended to, so a restarted job continues the same
 // files; CloseRank closes a rank's files. [Mux.Notice] still writes to
-// gorun's stderr.
+// gorun's stderr. With [Options.Tee] the ranks' streams reach gorun's
+// outputs too, as without a directory.
+//
+// # Styles
+//
+// [Options.Style] chooses whose formats tags, timestamps and files take:
+// gorun's own ([StyleGorun]), or Open MPI 4.1 mpirun's ([StyleOpenMPI]:
+// "[1,0]<stdout>:" tags, "Wed Dec  2 00:30:56 2026" timestamps,
+// Dir/1/rank.N files with N zero-padded, created for every rank at the
+// start and prefixed as the terminal's lines are), for gorun mpirun.
+// Hydra's -prepend-rank is gorun's "[rank] " tag without a host. The
+// formats, as the peers printed them, are in testdata/peers.
 //
 // # Merging
 //
 // With [Options.Merge], on gorun's own outputs, a line that several ranks
 // print alike is written once, as "[0-7] text" ("[0,2,4-6] text": runs of
-// three or more ranks as ranges), after the timestamp if asked; lines
-// that differ are written as without merging ("[r] " only with Tag or
-// TagHost). Stdout and stderr are merged apart.
+// three or more ranks as ranges), after the timestamp if asked; every
+// other line is written as with Tag ("[r] text", or the host's or the
+// style's tag), so that no line of a merged output leaves out whose it
+// is: a straggler's line that came after its group was written, too.
+// Stdout and stderr are merged apart. [Options.Only] names the ranks
+// waited for when they are not all of the job's.
 //
 // A rank's complete lines on a stream form a chain, in its order. Each
 // pending line is in a group (a text and the ranks that printed it), and
@@ -66,7 +80,7 @@
 // keeps accepting data for that output and discards it, so the job can still
 // finish and other outputs keep flowing.
 //
-// What it does not do: it does not merge lines in directory mode, does not
+// What it does not do: it does not merge lines in files, does not
 // read from agents or pipes, does not rotate, compress or limit files, does
 // not interpret terminal control sequences, and does not protect against an
 // output writer that blocks: all writes to gorun's outputs happen under one

@@ -85,7 +85,8 @@ type group struct {
 // order (see join).
 type merger struct {
 	window     time.Duration
-	nranks     int                    // the job's ranks; 0 = unknown
+	nranks     int                    // the ranks waited for; 0 = unknown
+	only       map[int]bool           // the ranks waited for (Options.Only); nil = 0 to nranks-1
 	running    int                    // ranks below nranks that have not ended
 	over       map[int]bool           // ranks that ended (CloseRank) and have not written since
 	head, tail *group                 // the queue
@@ -101,7 +102,7 @@ type merger struct {
 	moved      []*group
 }
 
-func newMerger(window time.Duration, ranks int) *merger {
+func newMerger(window time.Duration, ranks int, only []int) *merger {
 	if window <= 0 {
 		window = DefaultMergeWindow
 	}
@@ -111,6 +112,12 @@ func newMerger(window time.Duration, ranks int) *merger {
 		over:     make(map[int]bool),
 		chains:   make(map[key]*deque[*group]),
 	}
+	if only != nil {
+		mg.only = make(map[int]bool, len(only))
+		for _, r := range only {
+			mg.only[r] = true
+		}
+	}
 	for _, s := range []Stream{Stdout, Stderr} {
 		mg.byText[s] = make(map[string][]*group)
 	}
@@ -118,21 +125,35 @@ func newMerger(window time.Duration, ranks int) *merger {
 	return mg
 }
 
-// setRanks records that the job has n ranks.
+// setRanks records that the job has n ranks; with only, those are the
+// ranks waited for whatever n is.
 func (mg *merger) setRanks(n int) {
+	if mg.only != nil {
+		n = len(mg.only)
+	}
 	mg.nranks = max(n, 0)
 	mg.running = mg.nranks
 	for r := range mg.over {
-		if r < mg.nranks {
+		if mg.member(r) {
 			mg.running--
 		}
 	}
 	mg.maxLines = max(mergeMaxLines, 4*mg.nranks)
 }
 
+// member reports whether lines wait for rank.
+func (mg *merger) member(rank int) bool {
+	if mg.only != nil {
+		return mg.only[rank]
+	}
+	return rank >= 0 && rank < mg.nranks
+}
+
 // SetRanks tells the Mux that the job has n ranks (see Options.Ranks), for
-// a plan that changed after New.
-func (m *Mux) SetRanks(n int) {
+// a plan that changed after New. In StyleOpenMPI's directory mode it
+// creates the files of the ranks that New did not, and returns the first
+// error, naming the file.
+func (m *Mux) SetRanks(n int) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.o.Ranks = n
@@ -141,6 +162,10 @@ func (m *Mux) SetRanks(n int) {
 		m.drain(m.now())
 		m.flushOuts()
 	}
+	if m.o.Dir != "" {
+		return m.makeFiles(n)
+	}
+	return nil
 }
 
 // ended records that rank has ended: groups need not wait for it.
@@ -149,7 +174,7 @@ func (mg *merger) ended(rank int) {
 		return
 	}
 	mg.over[rank] = true
-	if rank >= 0 && rank < mg.nranks {
+	if mg.member(rank) {
 		mg.running--
 	}
 	mg.countLive(rank, -1)
@@ -161,7 +186,7 @@ func (mg *merger) started(rank int) {
 		return
 	}
 	delete(mg.over, rank)
-	if rank >= 0 && rank < mg.nranks {
+	if mg.member(rank) {
 		mg.running++
 	}
 	mg.countLive(rank, +1)

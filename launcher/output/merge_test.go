@@ -136,11 +136,40 @@ func TestMergeScripted(t *testing.T) {
 			wantOut: "[0,1] x\n",
 		},
 		{
-			name: "different lines unchanged",
+			// Migrant review P9: a line no other rank printed alike
+			// still says whose it is.
+			name: "different lines tagged with their rank",
 			o:    Options{Ranks: 3},
 			ops: []mop{{rank: 0, data: "a\n"}, {rank: 1, data: "b\n"}, {rank: 2, data: "c\n"},
-				{out: so("")}, {wait: w}, {out: so("a\nb\nc\n")}},
-			wantOut: "a\nb\nc\n",
+				{out: so("")}, {wait: w}, {out: so("[0] a\n[1] b\n[2] c\n")}},
+			wantOut: "[0] a\n[1] b\n[2] c\n",
+		},
+		{
+			name: "a straggler's line past the window is tagged",
+			o:    Options{Ranks: 4},
+			ops: []mop{{rank: 0, data: "epoch 1 loss 0.31\n"}, {rank: 1, data: "epoch 1 loss 0.31\n"},
+				{rank: 3, data: "epoch 1 loss 0.31\n"}, {wait: w}, {out: so("[0,1,3] epoch 1 loss 0.31\n")},
+				{rank: 2, data: "epoch 1 loss 0.31\n"}, {wait: w}},
+			wantOut: "[0,1,3] epoch 1 loss 0.31\n[2] epoch 1 loss 0.31\n",
+		},
+		{
+			name:    "a straggler's line, host tags",
+			o:       Options{Ranks: 2, Tag: true, TagHost: true, Host: func(r int) string { return "node" + strconv.Itoa(r) }},
+			ops:     []mop{{rank: 0, data: "x\n"}, {wait: w}, {rank: 1, data: "x\n"}, {rank: 1, close: true}},
+			wantOut: "[node0:0] x\n[node1:1] x\n",
+		},
+		{
+			name: "only some ranks waited for",
+			o:    Options{Ranks: 8, Only: []int{4, 5}},
+			ops: []mop{{rank: 4, data: "x\n"}, {out: so("")}, {rank: 5, data: "x\n"}, {out: so("[4,5] x\n")},
+				{rank: 5, close: true}, {rank: 4, data: "y\n"}, {out: so("[4,5] x\n[4] y\n")}},
+			wantOut: "[4,5] x\n[4] y\n",
+		},
+		{
+			name:    "Open MPI's style: single lines take its tag",
+			o:       Options{Ranks: 2, Style: StyleOpenMPI},
+			ops:     []mop{{rank: 0, data: "x\n"}, {rank: 1, data: "x\n"}, {rank: 1, data: "y\n"}, {wait: w}},
+			wantOut: "[0,1] x\n[1,1]<stdout>:y\n",
 		},
 		{
 			name:    "different lines tagged as without merging",
@@ -160,7 +189,7 @@ func TestMergeScripted(t *testing.T) {
 			o:    Options{Ranks: 2},
 			ops: []mop{{rank: 0, data: "a\nb\n"}, {rank: 1, data: "b\n"}, {rank: 1, data: "a\n"},
 				{wait: w}},
-			wantOut: "a\n[0,1] b\na\n",
+			wantOut: "[0] a\n[0,1] b\n[1] a\n",
 		},
 		{
 			name: "a lagging rank joins the oldest line it can",
@@ -180,15 +209,15 @@ func TestMergeScripted(t *testing.T) {
 			name: "a moved line does not hold back the line it passed",
 			o:    Options{Ranks: 3},
 			ops: []mop{{rank: 0, data: "x\n"}, {wait: w / 2}, {rank: 1, data: "y\nx\n"}, {wait: w/2 - time.Millisecond},
-				{out: so("")}, {wait: time.Millisecond}, {out: so("y\n[0,1] x\n")}},
-			wantOut: "y\n[0,1] x\n",
+				{out: so("")}, {wait: time.Millisecond}, {out: so("[1] y\n[0,1] x\n")}},
+			wantOut: "[1] y\n[0,1] x\n",
 		},
 		{
 			name: "a line a rank repeats is not merged with itself",
 			o:    Options{Ranks: 2},
 			ops: []mop{{rank: 0, data: ".\n.\n.\n"}, {rank: 1, data: ".\n"}, {out: so("[0,1] .\n")},
 				{wait: w}},
-			wantOut: "[0,1] .\n.\n.\n",
+			wantOut: "[0,1] .\n[0] .\n[0] .\n",
 		},
 		{
 			name: "lines in chunks",
@@ -211,7 +240,7 @@ func TestMergeScripted(t *testing.T) {
 			ops: []mop{{rank: 0, s: Stderr, data: "warning\n"}, {rank: 0, data: "x\n"}, {rank: 1, data: "x\n"},
 				{out: so("")}, {wait: w}, {out: so("[0,1] x\n")}},
 			wantOut: "[0,1] x\n",
-			wantErr: "warning\n",
+			wantErr: "[0] warning\n",
 		},
 		{
 			name:    "timestamp of the first line",
@@ -233,14 +262,14 @@ func TestMergeScripted(t *testing.T) {
 		{
 			name:    "a rank alone is not held",
 			o:       Options{Ranks: 1},
-			ops:     []mop{{data: "a\nb\n"}, {out: so("a\nb\n")}},
-			wantOut: "a\nb\n",
+			ops:     []mop{{data: "a\nb\n"}, {out: so("[0] a\n[0] b\n")}},
+			wantOut: "[0] a\n[0] b\n",
 		},
 		{
 			name:    "the last rank running is not held",
 			o:       Options{Ranks: 2},
-			ops:     []mop{{rank: 1, close: true}, {data: "a\n"}, {out: so("a\n")}},
-			wantOut: "a\n",
+			ops:     []mop{{rank: 1, close: true}, {data: "a\n"}, {out: so("[0] a\n")}},
+			wantOut: "[0] a\n",
 		},
 		{
 			name: "a restarted rank is waited for again",
@@ -265,18 +294,18 @@ func TestMergeScripted(t *testing.T) {
 			wantOut: "[0] abc\n[1] c\n",
 		},
 		{
-			name: "untagged: a merged line starts a line of its own",
+			name: "a merged line starts a line of its own",
 			o:    Options{Ranks: 3},
 			ops: []mop{{rank: 2, data: "prompt> "}, {wait: DefaultFlushDelay}, {rank: 0, data: "x\n"},
 				{rank: 1, data: "x\n"}, {wait: w}, {rank: 2, data: "yes\n"}},
-			wantOut: "prompt> \n[0,1] x\nyes\n",
+			wantOut: "[2] prompt> \n[0,1] x\n[2] yes\n",
 		},
 		{
 			name: "an overlong line passes, after the rank's waiting lines",
 			o:    Options{Ranks: 2},
-			ops: []mop{{rank: 0, data: "a\n"}, {rank: 0, data: long}, {out: so("a\n" + long)},
+			ops: []mop{{rank: 0, data: "a\n"}, {rank: 0, data: long}, {out: so("[0] a\n[0] " + long)},
 				{rank: 1, data: "a\n"}, {rank: 1, data: "b\n"}, {wait: w}},
-			wantOut: "a\n" + long + "a\nb\n",
+			wantOut: "[0] a\n[0] " + long + "[1] a\n[1] b\n",
 		},
 		{
 			name: "an overlong partial line passes, after the rank's waiting lines",
@@ -296,15 +325,15 @@ func TestMergeScripted(t *testing.T) {
 			name: "a notice comes after the lines that arrived before it",
 			o:    Options{Ranks: 2},
 			ops: []mop{{rank: 0, data: "x\n"}, {rank: 0, s: Stderr, data: "Traceback\n"},
-				{notice: "gorun: rank 0 failed\n"}, {out: so("x\n")}},
-			wantOut: "x\n",
-			wantErr: "Traceback\ngorun: rank 0 failed\n",
+				{notice: "gorun: rank 0 failed\n"}, {out: so("[0] x\n")}},
+			wantOut: "[0] x\n",
+			wantErr: "[0] Traceback\ngorun: rank 0 failed\n",
 		},
 		{
 			name:    "Close writes what waits",
 			o:       Options{Ranks: 4},
 			ops:     []mop{{rank: 0, data: "x\ny\n"}, {rank: 1, data: "x\n"}, {rank: 2, data: "tail"}},
-			wantOut: "[0,1] x\ny\ntail",
+			wantOut: "[0,1] x\n[0] y\n[2] tail\n",
 		},
 	}
 	for _, tc := range tests {
@@ -374,7 +403,7 @@ func TestMergeBounded(t *testing.T) {
 			var want strings.Builder
 			for i := range 100 {
 				line := fmt.Sprintf("%s %d\n", tc.text, i)
-				want.WriteString(line)
+				want.WriteString("[0] " + line)
 				if err := m.Write(0, Stdout, time.Time{}, []byte(line)); err != nil {
 					t.Fatal(err)
 				}
@@ -696,7 +725,7 @@ func (mg *merger) invariants() error {
 // keep their order.
 func TestMergeRelabel(t *testing.T) {
 	t.Parallel()
-	mg := newMerger(time.Hour, 2)
+	mg := newMerger(time.Hour, 2, nil)
 	first, last := &group{text: "first"}, &group{text: "last"}
 	mg.insert(first, nil)
 	mg.insert(last, first)
@@ -776,7 +805,7 @@ func TestMergeWindowFlusher(t *testing.T) {
 		t.Fatalf("stdout = %q, want the line of both at once", got)
 	}
 	m.Write(0, Stdout, start, []byte("b\n"))
-	waitFor(t, "rank 0's line alone", func() bool { return stdout.String() == "[0,1] a\nb\n" })
+	waitFor(t, "rank 0's line alone", func() bool { return stdout.String() == "[0,1] a\n[0] b\n" })
 	if d := time.Since(start); d < 30*time.Millisecond {
 		t.Fatalf("rank 0's line alone came after %v, before its window", d)
 	}

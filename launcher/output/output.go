@@ -40,6 +40,37 @@ func (s Stream) String() string {
 // time is converted to UTC and followed by a space.
 const TimestampLayout = "2006-01-02T15:04:05.000000Z07:00"
 
+// OpenMPITimestampLayout is the time format of the per-line timestamp
+// prefix in [StyleOpenMPI]: C's ctime without its newline, in local time,
+// as Open MPI's mpirun --timestamp-output prints it ("Wed Dec  2
+// 00:30:56 2026"), followed directly by the tag or "<stdout>:".
+const OpenMPITimestampLayout = "Mon Jan _2 15:04:05 2006"
+
+// Style is whose formats a Mux's tags, timestamps and files follow: the
+// launcher a personality copies (gorun mpirun: Open MPI's).
+type Style uint8
+
+const (
+	// StyleGorun is gorun's own: tags "[rank] " (or "[host:rank] "),
+	// timestamps in TimestampLayout, and files Dir/rank.<r>/stdout and
+	// stderr, byte-exact, without tags.
+	StyleGorun Style = iota
+	// StyleOpenMPI is Open MPI 4.1 mpirun's. Tags are "[1,rank]<stdout>:"
+	// and "[1,rank]<stderr>:" ("1" is mpirun's job); timestamps are in
+	// OpenMPITimestampLayout, local time, and run into the tag, or into
+	// "<stdout>:" without Tag. Files are Dir/1/rank.<r>/stdout and
+	// stderr (Dir/rank.<r> with FlatDir), r zero-padded to as many
+	// digits as Ranks has; New creates every rank's two files empty (an
+	// earlier job's are emptied), and lines in them carry the same
+	// prefixes as on gorun's outputs. Merged lines are tagged "[0-7] "
+	// as in StyleGorun.
+	StyleOpenMPI
+)
+
+// OpenMPIJob is the job directory of StyleOpenMPI's files: Open MPI
+// names it by mpirun's job, which is 1 for the job a mpirun launches.
+const OpenMPIJob = "1"
+
 // DefaultFlushDelay is the FlushDelay used when Options.FlushDelay is 0.
 const DefaultFlushDelay = 100 * time.Millisecond
 
@@ -75,23 +106,35 @@ type Options struct {
 	Host func(rank int) string
 	// Timestamp prefixes every line, before the tag, with the time the rank
 	// wrote its first byte (the t passed to Write) in TimestampLayout, UTC,
-	// followed by a space.
+	// followed by a space (StyleOpenMPI: OpenMPITimestampLayout).
 	Timestamp bool
+	// Style is whose formats tags, timestamps and files follow; the zero
+	// value is gorun's own.
+	Style Style
 	// Dir, if set, sends rank r's streams to Dir/rank.<r>/stdout and
-	// Dir/rank.<r>/stderr instead of gorun's outputs. Files (mode 0644) and
-	// directories (0755) are created as needed, opened on the first write and
-	// appended to. Bytes are written straight through, without tags or line
-	// buffering; with Timestamp each line in a file is still prefixed (a
-	// file that ends mid-line is continued without a prefix).
+	// Dir/rank.<r>/stderr instead of gorun's outputs (StyleOpenMPI: see
+	// there). Files (mode 0644) and directories (0755; StyleOpenMPI:
+	// 0750) are created as needed, opened on the first write and
+	// appended to. Bytes are written straight through, without tags or
+	// line buffering; with Timestamp each line in a file is still prefixed
+	// (a file that ends mid-line is continued without a prefix).
 	Dir string
+	// Tee, with Dir, sends the ranks' streams to gorun's outputs too, as
+	// without Dir: Open MPI's --output-filename prints to the terminal
+	// as well.
+	Tee bool
+	// FlatDir, in StyleOpenMPI, leaves out the job's directory: files
+	// are Dir/rank.<r>/stdout and stderr (Open MPI's DIR:nojobid).
+	FlatDir bool
 	// FlushDelay is how long a partial line waits for its newline before it
 	// is written anyway; 0 (or negative) means DefaultFlushDelay.
 	FlushDelay time.Duration
 
 	// Merge collapses identical lines that several ranks print within
 	// MergeWindow into one line tagged with their ranks (see the package
-	// documentation, "Merging"). It applies to gorun's own outputs only;
-	// it is ignored in directory mode.
+	// documentation, "Merging"); every other line is tagged with its
+	// rank, as with Tag. It applies to gorun's own outputs only; it is
+	// ignored in directory mode without Tee.
 	Merge bool
 	// MergeWindow is how long the first line of a group waits for the
 	// other ranks' identical lines; 0 (or negative) means
@@ -102,7 +145,27 @@ type Options struct {
 	// instead of after MergeWindow; 0 means unknown, and every group waits
 	// for its window. [Mux.SetRanks] changes it.
 	Ranks int
+	// Only, if not nil, lists the ranks whose output this Mux gets, when
+	// they are not all of the job's (an agent that prints its own host's
+	// ranks): with Merge, a line that every one of them still running
+	// has printed is written at once. Ranks still sizes StyleOpenMPI's
+	// file names.
+	Only []int
 }
+
+// FileError is a failure of a rank's file in directory mode
+// (Options.Dir): that rank's output to it is lost.
+type FileError struct {
+	Rank   int    // the rank whose file failed
+	Stream Stream // which of its files
+	Err    error  // what failed; its message names the file
+}
+
+// Error returns "output: " and the failure.
+func (e *FileError) Error() string { return "output: " + e.Err.Error() }
+
+// Unwrap returns e.Err.
+func (e *FileError) Unwrap() error { return e.Err }
 
 // key identifies one (rank, stream).
 type key struct {
@@ -125,7 +188,8 @@ type outState struct {
 type rankState struct {
 	k        key
 	out      *outState
-	tag      []byte    // "[host:rank] " or "[rank] " or nil
+	tag      []byte    // "[host:rank] " or "[rank] " (or the style's) or nil
+	ftag     []byte    // the prefix after the timestamp in a file (StyleOpenMPI), or nil
 	pend     []byte    // pending partial line, not yet written
 	pendT    time.Time // time of the first pending byte
 	deadline time.Time // when pend must be flushed
@@ -145,7 +209,10 @@ type rankState struct {
 type Mux struct {
 	o        Options
 	delay    time.Duration
-	prefixed bool // Tag or Timestamp on gorun's outputs
+	prefixed bool           // Tag, Timestamp or Merge on gorun's outputs
+	fileOnly bool           // Dir without Tee: nothing goes to gorun's outputs
+	loc      *time.Location // StyleOpenMPI's timestamps' zone
+	made     int            // StyleOpenMPI: ranks below this have their files
 
 	now func() time.Time // the clock of deadlines and merge windows
 
@@ -171,7 +238,9 @@ func New(o Options) (*Mux, error) {
 	m := &Mux{
 		o:        o,
 		delay:    o.FlushDelay,
-		prefixed: o.Tag || o.TagHost || o.Timestamp,
+		prefixed: o.Tag || o.TagHost || o.Timestamp || o.Merge,
+		fileOnly: o.Dir != "" && !o.Tee,
+		loc:      time.Local,
 		now:      time.Now,
 		ranks:    make(map[key]*rankState),
 		dirty:    make(map[*rankState]struct{}),
@@ -186,9 +255,14 @@ func New(o Options) (*Mux, error) {
 		o.Stderr = os.Stderr
 	}
 	if o.Dir != "" {
-		if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		if err := os.MkdirAll(o.Dir, m.dirMode()); err != nil {
 			return nil, fmt.Errorf("output: %w", err)
 		}
+		if err := m.makeFiles(o.Ranks); err != nil {
+			return nil, err
+		}
+	}
+	if m.fileOnly {
 		// gorun's own messages still go to its stderr.
 		m.outs[Stderr] = &outState{w: o.Stderr}
 		return m, nil
@@ -200,7 +274,7 @@ func New(o Options) (*Mux, error) {
 		m.outs[Stderr] = &outState{w: o.Stderr}
 	}
 	if o.Merge {
-		m.mg = newMerger(o.MergeWindow, o.Ranks)
+		m.mg = newMerger(o.MergeWindow, o.Ranks, o.Only)
 	}
 	m.wake = make(chan struct{}, 1)
 	m.done = make(chan struct{})
@@ -230,9 +304,12 @@ func (m *Mux) Write(rank int, s Stream, t time.Time, p []byte) error {
 		return ErrClosed
 	}
 	st := m.state(rank, s)
+	var ferr error
 	if m.o.Dir != "" {
 		m.writeFile(st, t, p)
-		return st.report()
+		if ferr = st.report(); m.fileOnly {
+			return ferr
+		}
 	}
 	if len(p) > 0 {
 		switch {
@@ -260,7 +337,10 @@ func (m *Mux) Write(rank int, s Stream, t time.Time, p []byte) error {
 			m.arm(st.deadline)
 		}
 	}
-	return st.out.report()
+	if err := st.out.report(); err != nil {
+		return errors.Join(ferr, err)
+	}
+	return ferr
 }
 
 // arm makes sure that the flusher wakes by deadline d: an armed flusher
@@ -294,21 +374,47 @@ func (m *Mux) state(rank int, s Stream) *rankState {
 		return st
 	}
 	st = &rankState{k: k, out: m.outs[s], atLineStart: true}
-	if m.o.Tag || m.o.TagHost {
-		host := ""
-		if m.o.TagHost && m.o.Host != nil {
-			host = m.o.Host(rank)
+	tag := m.o.Tag || m.o.TagHost
+	if tag || m.o.Merge && !m.fileOnly {
+		st.tag = m.tagOf(k)
+	} else if m.o.Timestamp && m.o.Style == StyleOpenMPI {
+		st.tag = streamTag(nil, s)
+	}
+	if m.o.Style == StyleOpenMPI && m.o.Dir != "" {
+		switch {
+		case tag:
+			st.ftag = m.tagOf(k)
+		case m.o.Timestamp:
+			st.ftag = streamTag(nil, s)
 		}
-		b := []byte{'['}
-		if host != "" {
-			b = append(b, host...)
-			b = append(b, ':')
-		}
-		b = strconv.AppendInt(b, int64(rank), 10)
-		st.tag = append(b, ']', ' ')
 	}
 	m.ranks[k] = st
 	return st
+}
+
+// tagOf is k's tag: "[host:rank] " (TagHost, with a host) or "[rank] ";
+// in StyleOpenMPI "[1,rank]<stdout>:".
+func (m *Mux) tagOf(k key) []byte {
+	if m.o.Style == StyleOpenMPI {
+		b := append([]byte("["+OpenMPIJob+","), strconv.Itoa(k.rank)...)
+		return streamTag(append(b, ']'), k.s)
+	}
+	host := ""
+	if m.o.TagHost && m.o.Host != nil {
+		host = m.o.Host(k.rank)
+	}
+	b := []byte{'['}
+	if host != "" {
+		b = append(b, host...)
+		b = append(b, ':')
+	}
+	b = strconv.AppendInt(b, int64(k.rank), 10)
+	return append(b, ']', ' ')
+}
+
+// streamTag appends Open MPI's name of stream s: "<stdout>:".
+func streamTag(b []byte, s Stream) []byte {
+	return append(append(append(b, '<'), s.String()...), '>', ':')
 }
 
 // clean removes st from the flusher's set.
@@ -418,7 +524,11 @@ func (m *Mux) lineStart(st *rankState, t time.Time) {
 func (m *Mux) timestamp(t time.Time) []byte {
 	if len(m.tsB) == 0 || !t.Equal(m.tsT) {
 		m.tsT = t
-		m.tsB = append(t.UTC().AppendFormat(m.tsB[:0], TimestampLayout), ' ')
+		if m.o.Style == StyleOpenMPI {
+			m.tsB = t.In(m.loc).AppendFormat(m.tsB[:0], OpenMPITimestampLayout)
+		} else {
+			m.tsB = append(t.UTC().AppendFormat(m.tsB[:0], TimestampLayout), ' ')
+		}
 	}
 	return m.tsB
 }
@@ -528,18 +638,24 @@ func (m *Mux) CloseRank(rank int) error {
 // closeState flushes or closes st and forgets it.
 func (m *Mux) closeState(st *rankState) error {
 	delete(m.ranks, st.k)
+	var ferr error
 	if m.o.Dir != "" {
 		if st.f != nil {
 			if err := st.f.Close(); err != nil && st.ferr == nil {
-				st.ferr = err
+				st.ferr = &FileError{Rank: st.k.rank, Stream: st.k.s, Err: err}
 			}
 			st.f = nil
 		}
-		return st.report()
+		if ferr = st.report(); m.fileOnly {
+			return ferr
+		}
 	}
 	m.flushPartial(st, true)
 	st.out.flush()
-	return st.out.report()
+	if err := st.out.report(); err != nil {
+		return errors.Join(ferr, err)
+	}
+	return ferr
 }
 
 // Close writes out everything pending (partial lines are ended with a
@@ -584,28 +700,79 @@ func (m *Mux) Close() error {
 	return errors.Join(errs...)
 }
 
+// rankDir is the directory of rank's files in directory mode.
+func (m *Mux) rankDir(rank int) string {
+	if m.o.Style != StyleOpenMPI {
+		return filepath.Join(m.o.Dir, "rank."+strconv.Itoa(rank))
+	}
+	// Open MPI pads the rank to as many digits as the job's size has:
+	// rank.0 to rank.8 for 9 ranks, rank.00 to rank.09 for 10.
+	name := fmt.Sprintf("rank.%0*d", len(strconv.Itoa(max(m.o.Ranks, 1))), rank)
+	if m.o.FlatDir {
+		return filepath.Join(m.o.Dir, name)
+	}
+	return filepath.Join(m.o.Dir, OpenMPIJob, name)
+}
+
+// dirMode is the mode of the directories made in directory mode.
+func (m *Mux) dirMode() os.FileMode {
+	if m.o.Style == StyleOpenMPI {
+		return 0o750
+	}
+	return 0o755
+}
+
+// makeFiles creates, empty, the files of ranks m.made to n-1 in
+// StyleOpenMPI (as Open MPI creates every rank's two files as it starts
+// the job, emptying an earlier job's), and returns the first error,
+// naming the file.
+func (m *Mux) makeFiles(n int) error {
+	if m.o.Style != StyleOpenMPI {
+		return nil
+	}
+	for ; m.made < n; m.made++ {
+		dir := m.rankDir(m.made)
+		if err := os.MkdirAll(dir, m.dirMode()); err != nil {
+			return fmt.Errorf("output: %w", err)
+		}
+		for _, s := range []Stream{Stdout, Stderr} {
+			f, err := os.OpenFile(filepath.Join(dir, s.String()), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				return fmt.Errorf("output: %w", err)
+			}
+			f.Close()
+		}
+	}
+	return nil
+}
+
+// filePrefixed reports whether lines in st's file start with a prefix.
+func (m *Mux) filePrefixed(st *rankState) bool { return m.o.Timestamp || len(st.ftag) > 0 }
+
 // writeFile writes p to st's file in directory mode.
 func (m *Mux) writeFile(st *rankState, t time.Time, p []byte) {
 	if st.ferr != nil || len(p) == 0 {
 		return
 	}
+	prefixed := m.filePrefixed(st)
 	if st.f == nil {
-		dir := filepath.Join(m.o.Dir, "rank."+strconv.Itoa(st.k.rank))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			st.ferr = fmt.Errorf("output: %w", err)
+		fail := func(err error) { st.ferr = &FileError{Rank: st.k.rank, Stream: st.k.s, Err: err} }
+		dir := m.rankDir(st.k.rank)
+		if err := os.MkdirAll(dir, m.dirMode()); err != nil {
+			fail(err)
 			return
 		}
 		flag := os.O_WRONLY
-		if m.o.Timestamp {
+		if prefixed {
 			flag = os.O_RDWR // to read the last byte
 		}
 		f, err := os.OpenFile(filepath.Join(dir, st.k.s.String()), flag|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
-			st.ferr = fmt.Errorf("output: %w", err)
+			fail(err)
 			return
 		}
 		st.f = f
-		if m.o.Timestamp {
+		if prefixed {
 			// Continue a line left unfinished by an earlier writer
 			// without a prefix in its middle.
 			var last [1]byte
@@ -616,14 +783,17 @@ func (m *Mux) writeFile(st *rankState, t time.Time, p []byte) {
 			}
 		}
 	}
-	if !m.o.Timestamp {
+	if !prefixed {
 		st.fileWrite(p)
 		return
 	}
 	b := m.fbuf[:0]
 	for len(p) > 0 && st.ferr == nil {
 		if st.atLineStart {
-			b = append(b, m.timestamp(t)...)
+			if m.o.Timestamp {
+				b = append(b, m.timestamp(t)...)
+			}
+			b = append(b, st.ftag...)
 		}
 		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
@@ -653,7 +823,7 @@ func (st *rankState) fileWrite(b []byte) {
 		return
 	}
 	if _, err := st.f.Write(b); err != nil {
-		st.ferr = fmt.Errorf("output: %w", err)
+		st.ferr = &FileError{Rank: st.k.rank, Stream: st.k.s, Err: err}
 	}
 }
 

@@ -189,8 +189,8 @@ static char *ranks_on(uint32_t node, uint32_t size, const uint32_t *node_of, uin
 }
 
 int gorun_register(const char *nspace, uint32_t size, uint32_t nnodes, const char *const *hosts,
-                   const uint32_t *node_of, const uint16_t *local_rank_of, uint32_t mynode,
-                   char *err, size_t errlen) {
+                   const uint32_t *node_of, const uint16_t *local_rank_of, const uint32_t *app_of,
+                   uint32_t mynode, char *err, size_t errlen) {
     pmix_status_t rc;
     char *nodelist = join(hosts, nnodes, ",");
     char **per = calloc(nnodes, sizeof(char *));
@@ -249,11 +249,12 @@ int gorun_register(const char *nspace, uint32_t size, uint32_t nnodes, const cha
         pmix_info_t *pi;
         uint16_t lr = local_rank_of[r];
         uint32_t nodeid = node_of[r];
+        uint32_t appnum = app_of ? app_of[r] : 0; /* MPI_APPNUM */
         pmix_rank_t rank = r;
         PMIX_DATA_ARRAY_CONSTRUCT(&darray, 6, PMIX_INFO);
         pi = darray.array;
         PMIX_INFO_LOAD(&pi[0], PMIX_RANK, &rank, PMIX_PROC_RANK);
-        PMIX_INFO_LOAD(&pi[1], PMIX_APPNUM, &zero, PMIX_UINT32);
+        PMIX_INFO_LOAD(&pi[1], PMIX_APPNUM, &appnum, PMIX_UINT32);
         PMIX_INFO_LOAD(&pi[2], PMIX_LOCAL_RANK, &lr, PMIX_UINT16);
         PMIX_INFO_LOAD(&pi[3], PMIX_NODE_RANK, &lr, PMIX_UINT16);
         PMIX_INFO_LOAD(&pi[4], PMIX_NODEID, &nodeid, PMIX_UINT32);

@@ -11,10 +11,11 @@ int gorun_init(const char *tmpdir, const char *hostname, char *err, size_t errle
 
 /* gorun_register registers a namespace (one job generation):
  * size ranks over nnodes nodes; node_of[r] is rank r's node, local_rank_of[r]
- * its rank on that node; hosts[n] the name of node n; mynode this host. */
+ * its rank on that node, app_of[r] its program's index in a job of several
+ * (MPMD; NULL: all 0); hosts[n] the name of node n; mynode this host. */
 int gorun_register(const char *nspace, uint32_t size, uint32_t nnodes, const char *const *hosts,
-                   const uint32_t *node_of, const uint16_t *local_rank_of, uint32_t mynode,
-                   char *err, size_t errlen);
+                   const uint32_t *node_of, const uint16_t *local_rank_of, const uint32_t *app_of,
+                   uint32_t mynode, char *err, size_t errlen);
 
 /* gorun_client registers one local rank and returns its environment
  * (a NULL-terminated array the caller frees with gorun_free_env). */

@@ -104,9 +104,21 @@ func (s *server) Start(_ context.Context, r *pmixbridge.StartRequest) (*pmixbrid
 			local = append(local, rank)
 		}
 	}
+	var appOf *C.uint32_t // MPMD: each rank's program; NULL: all 0
+	if len(r.AppOf) > 0 {
+		if len(r.AppOf) != size {
+			return nil, fmt.Errorf("pmix: bad start request: %d ranks, %d app numbers", size, len(r.AppOf))
+		}
+		apps := (*[1 << 28]C.uint32_t)(C.malloc(C.size_t(size) * 4))[:size:size]
+		defer C.free(unsafe.Pointer(&apps[0]))
+		for rank, k := range r.AppOf {
+			apps[rank] = C.uint32_t(k)
+		}
+		appOf = &apps[0]
+	}
 	ns := C.CString(r.Nspace)
 	defer C.free(unsafe.Pointer(ns))
-	if C.gorun_register(ns, C.uint32_t(size), C.uint32_t(nn), &hosts[0], &nodeOf[0], &localOf[0],
+	if C.gorun_register(ns, C.uint32_t(size), C.uint32_t(nn), &hosts[0], &nodeOf[0], &localOf[0], appOf,
 		C.uint32_t(r.Node), &errBuf[0], C.size_t(len(errBuf))) != 0 {
 		return nil, cerr(errBuf)
 	}

@@ -44,6 +44,9 @@ type StartRequest struct {
 	NodeOf []int `json:"node_of"`
 	// Node is this host's node index.
 	Node int `json:"node"`
+	// AppOf[r] is the index of rank r's program in a job of several
+	// (MPMD: its PMIX_APPNUM, MPI_APPNUM); nil: every rank's is 0.
+	AppOf []int `json:"app_of,omitempty"`
 	// UID and GID own the ranks (the PMIx server checks its clients' peer
 	// credentials against them).
 	UID int `json:"uid"`
