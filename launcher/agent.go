@@ -115,9 +115,18 @@ type agent struct {
 	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
 	shm       shmSweep   // the /dev/shm files that killed ranks leave
 	fenceMu   sync.Mutex
-	fenceSeq  int // fences of the generation so far
+	fenceSeq  map[int]int // fences of the generation so far, by job (0: the generation's, n: its n-th spawned job's)
 	fenceGen  int
-	fenceWait map[[2]int]chan control.FenceReply // by generation and fence number
+	fenceWait map[fenceKey]chan control.FenceReply
+
+	// The jobs the generation's ranks spawned (MPI_Comm_spawn) that this
+	// host runs ranks of or registered, by number (agent_dyn.go), and the
+	// Launch frames of the generation received so far.
+	dyn      map[int]*dynJob
+	launches int
+	dynMu    sync.Mutex
+	dynNext  uint64
+	dynWait  map[uint64]chan control.DynReply // requests to the head, by ID
 
 	kidsMu  sync.Mutex
 	kids    map[int]*kid // lower agents by node (--launch-fanout)
@@ -134,7 +143,9 @@ type agent struct {
 }
 
 type rankProc struct {
-	rank    int
+	rank    int // its number in the job's frames (a spawned job's: from its Base)
+	job     int // its spawned job (control.Spawned.Job); 0: the generation's
+	mpiRank int // its rank in its job
 	pid     int
 	start   time.Time
 	readers sync.WaitGroup
@@ -409,7 +420,7 @@ func (a *agent) readFrames(r *control.Reader) error {
 			if err != nil {
 				return err
 			}
-			if a.kidCount() > 0 {
+			if a.kidCount() > 0 && r.Job == 0 { // a spawned job's fences are each host's own
 				a.toKids(control.AppendFrame(nil, f.Type, f.Payload))
 			}
 			if len(f.Payload) <= control.KeepAbove {
@@ -440,6 +451,18 @@ func (a *agent) readFrames(r *control.Reader) error {
 				return err
 			}
 			a.relayTo(r)
+		case control.TypeDyn:
+			var d control.Dyn
+			if err := f.Decode(&d); err != nil {
+				return err
+			}
+			go a.answerDyn(d)
+		case control.TypeDynRe:
+			var r control.DynReply
+			if err := f.Decode(&r); err != nil {
+				return err
+			}
+			a.dynDone(r)
 		case control.TypeShutdown:
 			return errShutdown
 		default:

@@ -51,20 +51,22 @@ type ProcRank struct {
 // simulated says the agent's ranks are not processes.
 func (a *agent) simulated() bool { return a.o.Procs != nil }
 
-// startProc starts a rank through Procs. The caller registers it.
-func (a *agent) startProc(s control.RankSpec, path string, argv, environ []string, dir string) (*rankProc, error) {
-	p := &rankProc{rank: s.Rank}
+// startProc starts a rank through Procs, numbered id in the job's
+// frames, whose PMI-1 connection pmi serves (nil: none). The caller
+// registers it.
+func (a *agent) startProc(s control.RankSpec, id int, pmi *pmiState, path string, argv, environ []string, dir string) (*rankProc, error) {
+	p := &rankProc{rank: id}
 	var mine, theirs net.Conn
-	if a.pmi != nil {
+	if pmi != nil {
 		mine, theirs = net.Pipe()
 	}
 	pid, err := a.o.Procs.Start(ProcRank{
-		Rank: s.Rank, Path: path, Argv: argv, Env: environ, Dir: dir, PMI: theirs,
+		Rank: id, Path: path, Argv: argv, Env: environ, Dir: dir, PMI: theirs,
 		Output: func(stream int, data []byte) {
 			if output.Stream(stream) == output.Stderr {
 				p.tail.write(data)
 			}
-			a.w.SendOutput(control.Output{Rank: s.Rank, Stream: uint8(stream), Time: time.Now(), Data: data})
+			a.w.SendOutput(control.Output{Rank: id, Stream: uint8(stream), Time: time.Now(), Data: data})
 		},
 		Exit: func(code int, sig syscall.Signal) { a.procExited(p, code, sig) },
 	})
@@ -77,7 +79,7 @@ func (a *agent) startProc(s control.RankSpec, path string, argv, environ []strin
 	}
 	p.pid, p.start = pid, time.Now()
 	if mine != nil {
-		a.pmi.serveConn(mine, s.Rank)
+		pmi.serveConn(mine, s.Rank)
 	}
 	return p, nil
 }

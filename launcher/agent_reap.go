@@ -91,12 +91,12 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 	a.mu.Lock()
 	px, pmi := a.pmix, a.pmi
 	a.mu.Unlock()
-	if pmi != nil && pmi.kv != nil {
+	if pmi != nil && pmi.kv != nil && p.job == 0 {
 		if prog, ok := pmi.kv.Final(p.rank); ok {
 			e.Coll, _ = json.Marshal(prog)
 		}
 	}
-	early := e.Code == 0 && e.Signal == 0 && px != nil && px.gen == e.Generation && px.leftEarly(p.rank)
+	early := e.Code == 0 && e.Signal == 0 && px != nil && px.gen == e.Generation && px.leftEarly(px.nspaceOf(p.job), p.mpiRank)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if e.Generation != a.gen {
@@ -120,12 +120,13 @@ func (a *agent) done() {
 	}
 	a.pmix.close() // before the orphan sweep, which would take it for one
 	a.pmix = nil
+	a.closeDyn()
 	if !a.simulated() {
 		killOrphans(time.Second, a.leftovers)
 		a.shm.sweep()
 	}
 	a.leftovers = false
-	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS()})
+	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS(), Launches: a.launches})
 }
 
 // signalAll sends sig to every rank's process group, and SIGCONT after it
@@ -182,6 +183,7 @@ func (a *agent) shutdown(grace time.Duration) error {
 		a.pmi.close()
 		a.pmix.close()
 		a.pmix = nil
+		a.endDyn()
 		if a.sockDir != "" {
 			os.RemoveAll(a.sockDir)
 		}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,19 +47,83 @@ type launchPlan struct {
 	bindErr error
 
 	paths            []string         // each app's program, once resolved (by index in l.Apps; one without apps)
+	pmi              *pmiState        // the PMI-1 server its ranks connect to; nil: none
 	pmixEnv          map[int][]string // by rank, when the program needs PMIx
 	kvSock, kvSecret string           // the ranks' rendezvous socket and its secret
 	stacksDir        string           // where the ranks' Python hook writes its dumps; "" = no hook
 }
 
-// newLaunchPlan computes the ranks' bindings for l.
+// newLaunchPlan computes the ranks' bindings for l. A spawned job's ranks
+// take the host's slots after those its earlier ranks hold
+// (Spawned.SlotsUsed): they are planned as the last of that many more.
 func newLaunchPlan(l control.Launch) *launchPlan {
 	p := &launchPlan{l: l, base: os.Environ()}
-	p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(l, p.base)
+	used := 0
+	if l.Spawned != nil {
+		used = l.Spawned.SlotsUsed
+	}
+	if used == 0 {
+		p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(l, p.base)
+	} else {
+		all := l
+		all.Ranks = make([]control.RankSpec, used, used+len(l.Ranks))
+		for i := range all.Ranks {
+			all.Ranks[i] = control.RankSpec{Rank: -1 - i, LocalRank: i}
+		}
+		all.Ranks = append(all.Ranks, l.Ranks...)
+		all.LocalWorldSize = len(all.Ranks)
+		p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(all, p.base)
+		if len(p.plan) == len(all.Ranks) {
+			p.plan = p.plan[used:]
+		}
+		if len(p.hints) == len(all.Ranks) {
+			p.hints = p.hints[used:]
+		}
+		p.report = spawnedReport(p.report, l.Host, l.Spawned.Job)
+	}
 	if p.bindErr == nil {
 		p.bindErr = p.applySlots() // a rankfile's cores
 	}
 	return p
+}
+
+// spawnedReport is the --report-bindings text of a spawned job's ranks on
+// host: that of all the ranks planned, less the placeholders of the slots
+// taken before them (negative ranks), the others named with their job.
+func spawnedReport(report, host string, job int) string {
+	var b strings.Builder
+	skip := false
+	for line := range strings.Lines(report) {
+		switch {
+		case strings.HasPrefix(line, host+" rank -"):
+			skip = true
+			continue
+		case strings.HasPrefix(line, host+" rank "):
+			skip = false
+			line = host + " spawned job " + strconv.Itoa(job) + " rank " + strings.TrimPrefix(line, host+" rank ")
+		case skip && strings.HasPrefix(line, " "):
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
+// id is rank i's number in the job's frames (by index in l.Ranks): its
+// rank, after the ranks before its job's for a spawned job's.
+func (p *launchPlan) id(i int) int {
+	if sp := p.l.Spawned; sp != nil {
+		return sp.Base + p.l.Ranks[i].Rank
+	}
+	return p.l.Ranks[i].Rank
+}
+
+// job is the spawned job of the launch (0: the generation).
+func (p *launchPlan) job() int {
+	if sp := p.l.Spawned; sp != nil {
+		return sp.Job
+	}
+	return 0
 }
 
 // binding is rank i's binding (by index in l.Ranks), nil when unbound.
@@ -136,8 +201,13 @@ func (p *launchPlan) defaultThreads(i int) bool {
 	return env.DefaultThreads(p.base, p.rank(i), p.exports(i))
 }
 
-// launch starts a generation of ranks, or answers a print-env request.
+// launch starts a generation of ranks, or a job they spawned, or answers
+// a print-env request.
 func (a *agent) launch(l control.Launch) {
+	if l.Spawned != nil {
+		a.launchSpawned(l)
+		return
+	}
 	p := newLaunchPlan(l)
 	if l.PrintEnv > 0 {
 		a.printEnv(p)
@@ -195,6 +265,8 @@ func (a *agent) printEnv(p *launchPlan) {
 // a.mu held.
 func (a *agent) beginGeneration(l control.Launch) {
 	a.gen, a.stopped, a.live = l.Generation, false, len(l.Ranks)
+	a.endDyn()
+	a.launches = 1
 	a.shm.begin()
 	if a.killT != nil {
 		a.killT.Stop()
@@ -212,7 +284,7 @@ func (a *agent) restartPMI(p *launchPlan) {
 		a.log.printf("PMI server: %v", err)
 		return
 	}
-	a.pmi = pmi
+	a.pmi, p.pmi = pmi, pmi
 	if p.kvSock = pmi.socket(); p.kvSock != "" {
 		p.kvSecret = p.l.Secret
 	}
@@ -223,13 +295,7 @@ func (a *agent) restartPMI(p *launchPlan) {
 // needs it. A message says why no rank can start, with the exit code to
 // report for each. Called with a.mu held.
 func (a *agent) prepare(p *launchPlan) (code int, msg string) {
-	p.paths = make([]string, p.apps())
-	for k := range p.paths {
-		app := launchApp(p.l, k)
-		if p.paths[k], code, msg = a.resolveProgram(app.Argv, app.Dir, append(slices.Clip(p.l.Exports), app.Exports...), p.base); msg != "" {
-			break
-		}
-	}
+	code, msg = a.resolveAll(p)
 	if msg == "" && p.bindErr != nil {
 		code, msg = 2, "binding: "+p.bindErr.Error()
 	}
@@ -246,8 +312,20 @@ func (a *agent) prepare(p *launchPlan) (code int, msg string) {
 	return code, msg
 }
 
-// failRank reports a rank of generation gen that did not start as exited.
-// Called with a.mu held.
+// resolveAll finds every app's program. Called with a.mu held.
+func (a *agent) resolveAll(p *launchPlan) (code int, msg string) {
+	p.paths = make([]string, p.apps())
+	for k := range p.paths {
+		app := launchApp(p.l, k)
+		if p.paths[k], code, msg = a.resolveProgram(app.Argv, app.Dir, append(slices.Clip(p.l.Exports), app.Exports...), p.base); msg != "" {
+			return code, msg
+		}
+	}
+	return 0, ""
+}
+
+// failRank reports a rank of generation gen that did not start as exited
+// (rank: its number in the job's frames). Called with a.mu held.
 func (a *agent) failRank(gen, rank, code int, msg string) {
 	a.w.Send(control.TypeExited, control.Exited{Generation: gen, Rank: rank, End: time.Now(), Code: code, Err: msg})
 	a.live--
@@ -272,9 +350,12 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 				app := p.app(i)
 				exe, argv := bindArgv(p.binding(i), p.path(i), app.Argv)
 				if a.simulated() {
-					procs[i], errs[i] = a.startProc(ranks[i], exe, argv, p.environ(i), app.Dir)
+					procs[i], errs[i] = a.startProc(ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i), app.Dir)
 				} else {
-					procs[i], errs[i] = a.start(app.Dir, ranks[i], exe, argv, p.environ(i))
+					procs[i], errs[i] = a.start(app.Dir, ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i))
+				}
+				if procs[i] != nil {
+					procs[i].job, procs[i].mpiRank = p.job(), ranks[i].Rank
 				}
 			}
 		}()
@@ -290,18 +371,18 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms int) {
 	l := p.l
 	started := control.Started{Generation: l.Generation, Report: p.report, Topo: p.topo}
-	for i, s := range l.Ranks {
+	for i := range l.Ranks {
 		rp, err := procs[i], errs[i]
 		if err != nil {
-			a.failRank(l.Generation, s.Rank, forkExitCode(err), fmt.Sprintf("cannot start %s: %v", p.app(i).Argv[0], err)+execHint(p.app(i).Argv[0], err))
+			a.failRank(l.Generation, p.id(i), forkExitCode(err), fmt.Sprintf("cannot start %s: %v", p.app(i).Argv[0], err)+execHint(p.app(i).Argv[0], err))
 			continue
 		}
 		rp.ooms = ooms
 		a.byPID[rp.pid] = rp
 		if rp.stdin != nil {
-			a.stdin[s.Rank] = rp.stdin
+			a.stdin[rp.rank] = rp.stdin
 		}
-		started.Ranks = append(started.Ranks, control.RankStart{Rank: s.Rank, PID: rp.pid, Time: rp.start, Binding: bindingOf(p.binding(i))})
+		started.Ranks = append(started.Ranks, control.RankStart{Rank: rp.rank, PID: rp.pid, Time: rp.start, Binding: bindingOf(p.binding(i))})
 		if p.defaultThreads(i) {
 			started.DefaultThreads++
 		}
@@ -387,8 +468,9 @@ func (a *agent) resolveProgram(argv []string, dir string, exports, base []string
 	return "", 127, fmt.Sprintf("%s: command not found in PATH (%s)", prog, pathVar) + pythonHintHere(prog, l.Dir)
 }
 
-// start forks one rank in directory dir. The caller registers it.
-func (a *agent) start(dir string, s control.RankSpec, path string, argv, environ []string) (*rankProc, error) {
+// start forks one rank in directory dir, numbered id in the job's frames,
+// whose PMI-1 connection pmi serves (nil: none). The caller registers it.
+func (a *agent) start(dir string, s control.RankSpec, id int, pmi *pmiState, path string, argv, environ []string) (*rankProc, error) {
 	// Every descriptor made here: the child's ends are closed once it is
 	// forked, and all of them if anything fails.
 	var parent, child []*os.File
@@ -448,9 +530,9 @@ func (a *agent) start(dir string, s control.RankSpec, path string, argv, environ
 	for _, f := range child {
 		f.Close()
 	}
-	p := &rankProc{rank: s.Rank, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}, files: files}
-	if a.pmi != nil {
-		a.pmi.serve(pmiMine, s.Rank)
+	p := &rankProc{rank: id, pid: pid, start: time.Now(), outR: []*os.File{outR, errR}, files: files}
+	if pmi != nil {
+		pmi.serve(pmiMine, s.Rank)
 	} else {
 		pmiMine.Close()
 	}
@@ -459,7 +541,7 @@ func (a *agent) start(dir string, s control.RankSpec, path string, argv, environ
 	go a.relay(p, errR, output.Stderr)
 	if inW != nil {
 		p.stdin = make(chan []byte, stdinWindow+1)
-		go a.feed(s.Rank, inW, p.stdin)
+		go a.feed(id, inW, p.stdin)
 	}
 	return p, nil
 }

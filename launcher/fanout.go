@@ -235,6 +235,11 @@ func (a *agent) readKid(k *kid, p AgentProcess) {
 			if err = f.Decode(&fe); err != nil {
 				break
 			}
+			if fe.Job != 0 {
+				// A spawned job's fence: the host's own, straight up.
+				batch = control.AppendFrame(batch, f.Type, f.Payload)
+				break
+			}
 			if len(fe.Nodes) == 0 {
 				fe.Nodes = []int{k.node}
 			}

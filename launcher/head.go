@@ -396,7 +396,7 @@ type head struct {
 	mapping string            // PMI_process_mapping
 
 	fenceMu    sync.Mutex
-	fenceKey   [2]int // the generation and number of the fence whose answer fenceBytes is
+	fenceKey   [3]int // the generation, spawned job and number of the fence whose answer fenceBytes is
 	fenceBytes []byte
 
 	// What the job socket and the hang watch read while the loop runs.
@@ -429,6 +429,13 @@ type head struct {
 	firstOutput atomic.Int64
 
 	threads defaultThreads // the first generation's ranks given OMP_NUM_THREADS=1, for one note
+
+	// The ranks that the generations' ranks spawned (head_dyn.go): where
+	// each runs, by its number in the job's frames (read by the output's
+	// writers), and the last generation's records.
+	spawnMu     sync.Mutex
+	spawnOf     map[int]spawnLabel
+	spawnedRecs []RankRecord
 
 	topoFirst     string // the first host's topology summary (when bound)
 	topoFirstNode int

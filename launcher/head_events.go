@@ -151,6 +151,10 @@ func decodeEvent(node int, f control.Frame) (event, error) {
 		return decoded(f, func(v control.Error) event { return agentError{from, v.Msg} })
 	case control.TypeProbeRe:
 		return decoded(f, func(v control.ProbeReply) event { return probeReply{from, v} })
+	case control.TypeDyn:
+		return decoded(f, func(v control.Dyn) event { return dynRequested{from, v} })
+	case control.TypeDynRe:
+		return decoded(f, func(v control.DynReply) event { return dynAnswered{from, v} })
 	}
 	return nil, fmt.Errorf("%w: unexpected %s frame", control.ErrProtocol, f.Type)
 }

@@ -83,6 +83,13 @@ type genState struct {
 	headSig map[syscall.Signal]time.Time
 	now     func() time.Time // the clock: time.Now but in tests
 
+	// The generation's dynamic processes (head_dyn.go); nil before its
+	// first request. sent counts the Launch frames sent to each agent,
+	// agentDone says which have said Done for all of theirs.
+	dyn       *dynState
+	sent      map[int]int
+	agentDone map[int]bool
+
 	// What the loop waits on besides the agents' events; each timer
 	// and ctx's end is nil once handled.
 	sigs     <-chan os.Signal
@@ -93,7 +100,7 @@ type genState struct {
 
 func (h *head) newGen(ctx context.Context, gen int, sigs <-chan os.Signal, timeout <-chan time.Time) *genState {
 	return &genState{h: h, gen: gen, ctx: ctx, res: result{reason: reasonSuccess}, lostNode: -1, lastSig: map[syscall.Signal]time.Time{}, headSig: map[syscall.Signal]time.Time{}, now: time.Now,
-		sigs: sigs, timeout: timeout, done: ctx.Done()}
+		sigs: sigs, timeout: timeout, done: ctx.Done(), sent: map[int]int{}, agentDone: map[int]bool{}}
 }
 
 // generations runs the job, and runs it again after a rank failed while
@@ -125,12 +132,12 @@ func (h *head) restart(ctx context.Context, gen int, res result) bool {
 	}
 	f := res.first
 	if f.startFailure() {
-		h.notef("gorun: no restart (--max-restarts %d): rank %d's program could not be executed on %s, and would not be again\n",
-			h.o.MaxRestarts, f.Rank, f.Host)
+		h.notef("gorun: no restart (--max-restarts %d): %s's program could not be executed on %s, and would not be again\n",
+			h.o.MaxRestarts, f.name(), f.Host)
 		return false
 	}
-	h.notef("gorun: rank %d on %s %s; restarting the job (restart %d of %d)\n",
-		f.Rank, f.Host, f.describe(), gen+1, h.o.MaxRestarts)
+	h.notef("gorun: %s on %s %s; restarting the job (restart %d of %d)\n",
+		f.name(), f.Host, f.describe(), gen+1, h.o.MaxRestarts)
 	for i := range h.rec {
 		h.rec[i].Restarts = gen + 1
 	}
@@ -157,6 +164,7 @@ func (h *head) generation(ctx context.Context, gen int, sigs <-chan os.Signal, t
 	for g.pending > 0 {
 		g.handle(g.next())
 	}
+	h.spawnedRecs = g.spawnedRecs()
 	return g.res
 }
 
@@ -179,6 +187,7 @@ func (g *genState) launch() error {
 			return fmt.Errorf("agent on %s: %w", n.Host.Name, err)
 		}
 		g.pending++
+		g.sent[i] = 1
 	}
 	return nil
 }
@@ -231,6 +240,12 @@ func (g *genState) handle(e event) {
 		g.onCancelled(e)
 	case hangDetected:
 		g.onHang(e)
+	case dynRequested:
+		g.onDyn(e)
+	case dynAnswered:
+		g.onDynAnswer(e)
+	case dynExpired:
+		g.onDynExpired(e)
 	}
 	// envReply, routeReply, checkReply: answers that nobody waits for
 	// during a generation.
@@ -275,7 +290,9 @@ func (g *genState) onAgentLost(e agentLost) {
 		return
 	}
 	a.gone = true
-	g.pending--
+	if !g.agentDone[e.node] {
+		g.pending--
+	}
 	r := result{reason: reasonAgentLost, host: h.plan.Nodes[e.node].Host.Name, lost: fmt.Sprintf("lost the agent on %s: %v%s", h.plan.Nodes[e.node].Host.Name, e.err, h.subtreeNote(e.node))}
 	switch {
 	case g.end(r):
@@ -287,6 +304,13 @@ func (g *genState) onAgentLost(e agentLost) {
 		g.res, g.lostNode = r, e.node
 	}
 	h.markLost(e.node, g.gen)
+	for _, j := range g.dynJobs() {
+		for r, nd := range j.nodeOf {
+			if nd == e.node && j.recs[r].End.IsZero() {
+				j.recs[r].End, j.recs[r].Err = time.Now(), "its host's agent was lost"
+			}
+		}
+	}
 	g.stopOnce()
 }
 
@@ -294,18 +318,31 @@ func (g *genState) onAgentLost(e agentLost) {
 // generation's last rank started.
 func (g *genState) onStarted(e ranksStarted) {
 	h := g.h
+	before := g.started
 	for _, rs := range e.Ranks {
-		r := &h.rec[rs.Rank]
+		r := g.recOf(rs.Rank)
+		if r == nil {
+			continue
+		}
 		r.PID, r.Start = rs.PID, rs.Time
+		if rs.Rank >= len(h.rec) {
+			if j, _ := g.dyn.spawned(rs.Rank); j != nil {
+				g.spawnedStarted(j, "")
+			}
+			continue
+		}
 		if rs.Binding != nil && h.binds != nil {
 			h.binds[rs.Rank] = *rs.Binding
 		}
+		g.started++
 	}
-	g.started += len(e.Ranks)
 	if e.Report != "" {
 		h.notef("%s", e.Report)
 	}
 	h.compareTopo(e.node, e.Topo)
+	if g.started == before {
+		return // a spawned job's ranks (MPI_Comm_spawn)
+	}
 	if g.gen == 0 {
 		h.threads.add(e.DefaultThreads)
 	}
@@ -359,8 +396,17 @@ func (g *genState) onExited(e rankExited) {
 	if e.Generation != g.gen {
 		return
 	}
-	r := &g.h.rec[e.Rank]
+	r := g.recOf(e.Rank)
+	if r == nil {
+		return
+	}
 	r.update(&e.Exited)
+	if j, k := g.dyn.spawned(e.Rank); j != nil {
+		g.spawnedEnded(j, k)
+		if r.PID == 0 && r.Err != "" {
+			g.spawnedStarted(j, fmt.Sprintf("rank %d on %s could not start: %s", k, r.Host, r.Err))
+		}
+	}
 	if e.Rank < len(g.h.live) {
 		how := r.describe()
 		g.h.live[e.Rank].ended.Store(&how)
@@ -415,10 +461,18 @@ func (g *genState) onAbort(e rankAborted) {
 	if e.Generation != g.gen {
 		return
 	}
-	r := h.rec[e.Rank]
+	rp := g.recOf(e.Rank)
+	if rp == nil {
+		return
+	}
+	r := *rp
 	why, code := h.abortReason(e.Abort)
 	// Nobody waits on it in a fence any more.
-	h.store.Leave(g.gen, e.node, fmt.Sprintf("rank %d on %s %s", e.Rank, r.Host, why))
+	if j, _ := g.dyn.spawned(e.Rank); j != nil {
+		j.store.Leave(g.gen, slices.Index(j.nodes, e.node), fmt.Sprintf("%s on %s %s", r.name(), r.Host, why))
+	} else {
+		h.store.Leave(g.gen, e.node, fmt.Sprintf("%s on %s %s", r.name(), r.Host, why))
+	}
 	replace := g.res.reason != reasonSuccess
 	if replace && !g.fenceCulprit(e.Abort) {
 		return
@@ -454,17 +508,26 @@ func (h *head) abortReason(x control.Abort) (string, int) {
 }
 
 // onDone: the agent's ranks of this generation have all ended.
+//
+// An agent that was sent more Launch frames (a spawned job's) than its
+// Done counts sends another Done once those ranks end too.
 func (g *genState) onDone(e agentDone) {
-	if e.Generation == g.gen {
-		g.h.agents[e.node].maxRSS = e.MaxRSS
-		g.pending--
+	if e.Generation != g.gen || max(e.Launches, 1) < g.sent[e.node] || g.agentDone[e.node] || g.h.agents[e.node].gone {
+		return
 	}
+	g.h.agents[e.node].maxRSS = e.MaxRSS
+	g.agentDone[e.node] = true
+	g.pending--
 }
 
 // onFence answers a host's fence when every host has reached it; the
 // store waits for them, so the answer comes off the loop.
 func (g *genState) onFence(e fenceReached) {
-	go g.h.answerFence(g.ctx, e.node, e.Fence)
+	st := g.fenceStore(e.Job)
+	if st == nil {
+		return
+	}
+	go g.h.answerFence(g.ctx, st, e.node, e.Fence)
 }
 
 // onOutputLost: a rank's output cannot reach its file; the job stops.

@@ -26,9 +26,9 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 		Host: n.Host.Name, MasterAddr: masterAddr, MasterPort: masterPort, MaxRestarts: h.o.MaxRestarts,
 		Exports: h.exports,
 		PMI: control.PMI{KVSName: kvsName(h.jobID, gen), Mapping: h.mapping, PMIx: h.o.PMIx, Hosts: h.pmixHosts(),
-			FenceTimeout: h.o.RendezvousTimeout,
-			RankBudget:   control.KVBudget{Keys: h.o.KVRankBudget.Keys, Bytes: h.o.KVRankBudget.Bytes},
-			JobBudget:    control.KVBudget{Keys: h.o.KVJobBudget.Keys, Bytes: h.o.KVJobBudget.Bytes}},
+			FenceTimeout: h.o.RendezvousTimeout, UnivSize: h.univSize(),
+			RankBudget: control.KVBudget{Keys: h.o.KVRankBudget.Keys, Bytes: h.o.KVRankBudget.Bytes},
+			JobBudget:  control.KVBudget{Keys: h.o.KVJobBudget.Keys, Bytes: h.o.KVJobBudget.Bytes}},
 		Bind: control.Bind{To: h.o.BindTo, MapBy: h.plan.MapBy.Within, CPUsPerRank: h.o.CPUsPerRank, Report: h.o.ReportBind, GPUs: n.Host.GPUs, GPUBind: h.o.GPUBind,
 			// With no host source gorun runs "oversubscribed and unbound".
 			Oversubscribed: len(n.Ranks) > n.Host.Slots || h.o.ImplicitHosts && h.plan.Oversubscribed},
@@ -41,6 +41,18 @@ func (h *head) launchFor(gen, node int, n Node, masterAddr string, masterPort in
 	}
 	l.Apps = h.apps
 	return l
+}
+
+// univSize is the universe size the ranks are told (MPI_UNIVERSE_SIZE),
+// as mpirun tells it: the slots of the job's hosts, at least its ranks.
+// mpi4py's MPIPoolExecutor starts that many workers, less the job's
+// ranks.
+func (h *head) univSize() int {
+	n := 0
+	for _, nd := range h.plan.Nodes {
+		n += nd.Host.Slots
+	}
+	return max(n, len(h.plan.Ranks))
 }
 
 // crossRanks are Horovod's cross ranks of the plan's nodes and cross

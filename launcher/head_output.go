@@ -88,7 +88,8 @@ func (h *head) openOutput() error {
 	}
 	mo := outputFormat(o.Personality, o.Tag, o.Timestamp, o.MergeOutput, o.MergeWindow, len(h.plan.Nodes))
 	mo.Stdout, mo.Stderr, mo.SameTerminal = o.Stdout, o.Stderr, sameFile(o.Stdout, o.Stderr)
-	mo.Host = func(r int) string { return h.plan.Nodes[h.plan.Ranks[r].Node].Host.Name }
+	mo.Host = h.hostOf
+	mo.Label = h.label
 	mo.Dir, mo.Tee, mo.FlatDir = d.dir, d.tee && !o.nodeOutput, d.flat
 	mo.Ranks = len(h.plan.Ranks)
 	if o.Plan.MapBy.NeedsNUMA() {

@@ -93,43 +93,48 @@ func storeFenceTimeout(d time.Duration) time.Duration {
 // In a launch tree the agent fences for its subtree (f.Nodes), and passes
 // the answer down. The answer is the same for every host: it is encoded
 // once per fence, and the same bytes go to every agent that asks.
-func (h *head) answerFence(ctx context.Context, node int, f control.Fence) {
+//
+// A spawned job's fence (f.Job) is its own store's, whose members are the
+// hosts of its ranks (f.Nodes holds the host's member number).
+func (h *head) answerFence(ctx context.Context, st *rendezvous.Store, node int, f control.Fence) {
 	members := f.Nodes
 	if len(members) == 0 {
 		members = []int{node}
 	}
-	kvs, err := h.store.FenceMany(ctx, f.Generation, members, f.Puts)
+	kvs, err := st.FenceMany(ctx, f.Generation, members, f.Puts)
 	w := h.agents[node].w
 	if err != nil {
-		h.fenceTimedOut(f.Generation, err)
-		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Seq: f.Seq, Err: err.Error()}))
+		if f.Job == 0 {
+			h.fenceTimedOut(f.Generation, err)
+		}
+		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Job: f.Job, Seq: f.Seq, Err: err.Error()}))
 		return
 	}
-	payload, err := h.fenceAnswer(f.Generation, f.Seq, kvs)
+	payload, err := h.fenceAnswer(f.Generation, f.Job, f.Seq, kvs)
 	if err == nil {
 		err = w.SendPayload(control.TypeFenceRe, payload)
 	}
 	if errors.Is(err, control.ErrProtocol) {
 		// More than one frame carries: fail the fence rather than leave
 		// the host waiting for it.
-		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Seq: f.Seq,
+		w.SendPayload(control.TypeFenceRe, control.EncodeFenceReply(control.FenceReply{Generation: f.Generation, Job: f.Job, Seq: f.Seq,
 			Err: fmt.Sprintf("the fence's key-values cannot reach %s: %v", h.plan.Nodes[node].Host.Name, err)}))
 	}
 }
 
-// fenceAnswer is the encoded answer of a generation's fence number seq,
-// made by the first host's answer and kept for the others (until the
-// next fence's).
-func (h *head) fenceAnswer(gen, seq int, kvs map[string]string) ([]byte, error) {
+// fenceAnswer is the encoded answer of a generation's (or its spawned
+// job's) fence number seq, made by the first host's answer and kept for
+// the others (until the next fence's).
+func (h *head) fenceAnswer(gen, job, seq int, kvs map[string]string) ([]byte, error) {
 	h.fenceMu.Lock()
 	defer h.fenceMu.Unlock()
-	key := [2]int{gen, seq}
+	key := [3]int{gen, job, seq}
 	if h.fenceKey != key || h.fenceBytes == nil {
-		if gen == h.o.FirstGeneration && seq == 0 {
+		if gen == h.o.FirstGeneration && job == 0 && seq == 0 {
 			h.firstFence.CompareAndSwap(0, int64(time.Since(h.start)))
 		}
 		h.fenceKey = key
-		h.fenceBytes = control.EncodeFenceReply(control.FenceReply{Generation: gen, Seq: seq, KVs: rendezvous.EncodePublished(kvs)})
+		h.fenceBytes = control.EncodeFenceReply(control.FenceReply{Generation: gen, Job: job, Seq: seq, KVs: rendezvous.EncodePublished(kvs)})
 	}
 	return h.fenceBytes, nil
 }

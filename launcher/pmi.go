@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,14 +22,21 @@ import (
 const pmiFD = 3
 
 // hostFencer is the agent's side of the job-wide fence: one message per
-// host crosses the control channel, and the head's store answers it.
+// host crosses the control channel, and the head's store answers it. A
+// spawned job's fences (job > 0) have their own store at the head, whose
+// members are the hosts of its ranks: node is then this host's index
+// among them, and the fence goes straight up, not through a launch tree.
 type hostFencer struct {
 	a    *agent
 	gen  int
-	node int // this host's node number
+	job  int // the spawned job (control.Spawned.Job); 0: the generation's
+	node int // this host's node number (its member number in a spawned job's fences)
 }
 
 var _ rendezvous.Fencer = (*hostFencer)(nil)
+
+// fenceKey identifies a fence the agent waits on: generation, job, number.
+type fenceKey [3]int
 
 // Fence sends this host's puts to the head and waits for the fence.
 func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendezvous.Published, error) {
@@ -36,12 +44,15 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendez
 	ch := make(chan control.FenceReply, 1)
 	a.fenceMu.Lock()
 	if a.fenceGen != f.gen {
-		a.fenceGen, a.fenceSeq = f.gen, 0
+		a.fenceGen, a.fenceSeq = f.gen, map[int]int{}
 	}
-	a.fenceSeq++
-	key := [2]int{f.gen, a.fenceSeq}
+	if a.fenceSeq == nil {
+		a.fenceSeq = map[int]int{}
+	}
+	a.fenceSeq[f.job]++
+	key := fenceKey{f.gen, f.job, a.fenceSeq[f.job]}
 	if a.fenceWait == nil {
-		a.fenceWait = map[[2]int]chan control.FenceReply{}
+		a.fenceWait = map[fenceKey]chan control.FenceReply{}
 	}
 	a.fenceWait[key] = ch
 	a.fenceMu.Unlock()
@@ -50,13 +61,18 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendez
 		delete(a.fenceWait, key)
 		a.fenceMu.Unlock()
 	}()
-	fe := control.Fence{Generation: f.gen, Seq: key[1], Puts: puts}
-	if a.kidCount() > 0 {
+	fe := control.Fence{Generation: f.gen, Job: f.job, Seq: key[2], Puts: puts}
+	if f.job == 0 && a.kidCount() > 0 {
 		// The lower agents' fences join this one, and go up as one.
 		fe.Nodes = []int{f.node}
 		a.tree.arrive(a, fe)
-	} else if err := a.w.Send(control.TypeFence, fe); err != nil {
-		return nil, fmt.Errorf("fence: %w", err)
+	} else {
+		if f.job != 0 {
+			fe.Nodes = []int{f.node}
+		}
+		if err := a.w.Send(control.TypeFence, fe); err != nil {
+			return nil, fmt.Errorf("fence: %w", err)
+		}
 	}
 	select {
 	case r := <-ch:
@@ -76,7 +92,7 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendez
 // fenceDone hands the head's answer to the waiting fence.
 func (a *agent) fenceDone(r control.FenceReply) {
 	a.fenceMu.Lock()
-	ch := a.fenceWait[[2]int{r.Generation, r.Seq}]
+	ch := a.fenceWait[fenceKey{r.Generation, r.Job, r.Seq}]
 	a.fenceMu.Unlock()
 	if ch != nil {
 		ch <- r
@@ -95,7 +111,9 @@ type pmiState struct {
 	wg     sync.WaitGroup
 }
 
-// startPMI makes the PMI-1 server of a launch's ranks.
+// startPMI makes the PMI-1 server of a launch's ranks: the generation's,
+// or a spawned job's (l.Spawned), whose ranks' numbers in the job's frames
+// start at its Base.
 func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 	ranks := make([]int, len(l.Ranks))
 	var apps map[int]int // MPMD: each rank's app, for PMI_Get_appnum
@@ -109,16 +127,28 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 		}
 	}
 	gen := l.Generation
+	fencer := &hostFencer{a: a, gen: gen, node: l.NodeRank}
+	base, preput := 0, map[string]string(nil)
+	if sp := l.Spawned; sp != nil {
+		fencer.job, fencer.node, base, preput = sp.Job, slices.Index(sp.Nodes, l.NodeRank), sp.Base, sp.Preput
+	}
 	srv, err := rendezvous.NewPMIServer(rendezvous.PMIConfig{
 		Size: l.WorldSize, Ranks: ranks, KVSName: l.PMI.KVSName, ProcessMapping: l.PMI.Mapping, AppNums: apps,
-		Fencer: &hostFencer{a: a, gen: gen, node: l.NodeRank},
+		UniverseSize: l.PMI.UnivSize, Preload: preput,
+		Fencer: fencer,
 		OnAbort: func(rank, code int, msg string) {
-			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Code: code, Msg: msg})
+			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: base + rank, Code: code, Msg: msg})
 		},
 		OnEarlyExit: func(rank int) {
-			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true})
+			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: base + rank, Early: true})
 		},
-		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
+		Names: func(rank int, op, service, port string) (string, error) {
+			return a.pmiName(gen, l.PMI.KVSName, rank, op, service, port)
+		},
+		Spawn: func(rank int, sp rendezvous.PMISpawn) error {
+			return a.pmiSpawn(gen, l.PMI.KVSName, rank, sp)
+		},
+		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, base, l.PMI.FenceTimeout),
 		RankBudget: rankBudget(l), JobBudget: jobBudget(l),
 		Logf: a.log.printf,
 	})
@@ -127,6 +157,9 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pmiState{srv: srv, ctx: ctx, cancel: cancel}
+	if l.Spawned != nil {
+		return p, nil // Go ranks rendezvous over the generation's socket only
+	}
 	if err := a.startKV(p, l, ranks); err != nil {
 		a.log.printf("rendezvous socket: %v", err)
 	}
@@ -150,7 +183,7 @@ func (a *agent) startKV(p *pmiState, l control.Launch, ranks []int) error {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: rank, Early: true,
 				Msg: "closed its rendezvous connection (GORUN_AGENT_SOCKET) without Close"})
 		},
-		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, l.PMI.FenceTimeout),
+		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, 0, l.PMI.FenceTimeout),
 		RankBudget: rankBudget(l), JobBudget: jobBudget(l), Logf: a.log.printf,
 	})
 	if err != nil {
@@ -231,11 +264,16 @@ func (p *pmiState) socket() string {
 	return p.sock
 }
 
-// fenceTimedOut reports local ranks that never reached a barrier.
-func (a *agent) fenceTimedOut(gen int, d time.Duration) func([]int) {
+// fenceTimedOut reports local ranks that never reached a barrier (of a
+// job whose ranks are numbered from base in the job's frames).
+func (a *agent) fenceTimedOut(gen, base int, d time.Duration) func([]int) {
 	return func(missing []int) {
 		if len(missing) > 0 {
-			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: missing[0], Missing: missing, Timeout: d})
+			ids := make([]int, len(missing))
+			for i, r := range missing {
+				ids[i] = base + r
+			}
+			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: ids[0], Missing: ids, Timeout: d})
 		}
 	}
 }

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,11 +134,12 @@ func findPMIxPlugin() (string, error) {
 const pmixStartTimeout = 20 * time.Second
 
 // pmixState is one generation's PMIx server on this host: the gorun-pmix
-// plugin process and the goroutine that answers its events.
+// plugin process and the goroutine that answers its events. It serves the
+// generation's namespace and those of the jobs its ranks spawned.
 type pmixState struct {
 	a      *agent
 	gen    int
-	nspace string
+	nspace string // the generation's
 	node   int
 	client *pmixbridge.Client
 	env    map[int][]string
@@ -144,8 +147,16 @@ type pmixState struct {
 	wg     sync.WaitGroup
 	dir    string
 
-	mu    sync.Mutex
-	fence int // fences seen so far
+	mu     sync.Mutex
+	fence  map[string]int    // fences seen so far, by namespace
+	spaces map[string]pmixNS // the namespaces registered, by name
+}
+
+// pmixNS is a namespace the server serves: a job of the generation.
+type pmixNS struct {
+	job    int // its spawned job (control.Spawned.Job); 0: the generation
+	base   int // its ranks' first number in the job's frames
+	member int // this host's member number in its fences
 }
 
 // startPMIx starts the plugin and registers the launch's ranks. It returns
@@ -180,6 +191,23 @@ func (a *agent) startPMIx(l control.Launch, paths ...string) (*pmixState, error)
 	if err != nil {
 		return nil, err
 	}
+	s, err := a.newPMIx(l, plug)
+	if err != nil {
+		return nil, err
+	}
+	rep, err := s.register(l, pmixbridge.StartRequest{Nspace: s.nspace, NodeOf: nodeOf, AppOf: appNumbers(l.Apps, l.WorldSize)},
+		pmixNS{member: l.NodeRank})
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.env = rep.Env
+	return s, nil
+}
+
+// newPMIx starts the plugin at plug for the generation of l, with the
+// goroutine that answers its events; it serves no namespace yet.
+func (a *agent) newPMIx(l control.Launch, plug string) (*pmixState, error) {
 	if len(l.PMI.Hosts) == 0 || l.NodeRank >= len(l.PMI.Hosts) {
 		return nil, fmt.Errorf("PMIx: the launch names %d hosts, this is node %d", len(l.PMI.Hosts), l.NodeRank)
 	}
@@ -194,19 +222,8 @@ func (a *agent) startPMIx(l control.Launch, paths ...string) (*pmixState, error)
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &pmixState{a: a, gen: l.Generation, nspace: "gorun." + l.JobID + "." + strconv.Itoa(l.Generation),
-		node: l.NodeRank, client: client, dir: dir}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := s.client.Start(ctx, &pmixbridge.StartRequest{
-		Nspace: s.nspace, Hosts: l.PMI.Hosts, NodeOf: nodeOf, Node: l.NodeRank, UID: os.Getuid(), GID: os.Getgid(),
-		AppOf: appNumbers(l.Apps, l.WorldSize),
-	})
-	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("PMIx: %w", err)
-	}
-	s.env = rep.Env
+	s := &pmixState{a: a, gen: l.Generation, nspace: pmixNspace(l.JobID, l.Generation, 0),
+		node: l.NodeRank, client: client, dir: dir, fence: map[string]int{}, spaces: map[string]pmixNS{}}
 	ectx, ecancel := context.WithCancel(context.Background())
 	s.cancel = ecancel
 	s.wg.Add(1)
@@ -219,21 +236,63 @@ func (a *agent) startPMIx(l control.Launch, paths ...string) (*pmixState, error)
 	return s, nil
 }
 
+// pmixNspace is the PMIx namespace of a job's generation gen (spawned 0)
+// or of the spawned-th job its ranks spawned.
+func pmixNspace(jobID string, gen, spawned int) string {
+	ns := "gorun." + jobID + "." + strconv.Itoa(gen)
+	if spawned > 0 {
+		ns += "." + strconv.Itoa(spawned)
+	}
+	return ns
+}
+
+// register registers a namespace of l's generation (r: its name, ranks'
+// nodes, apps and parent; the rest comes from l) with the server, which
+// serves it as ns says. It returns the local ranks' environments.
+func (s *pmixState) register(l control.Launch, r pmixbridge.StartRequest, ns pmixNS) (*pmixbridge.StartReply, error) {
+	r.Hosts, r.Node, r.UID, r.GID, r.UnivSize = l.PMI.Hosts, l.NodeRank, os.Getuid(), os.Getgid(), l.PMI.UnivSize
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rep, err := s.client.Start(ctx, &r)
+	if err != nil {
+		return nil, fmt.Errorf("PMIx: namespace %s: %w", r.Nspace, err)
+	}
+	s.mu.Lock()
+	s.spaces[r.Nspace] = ns
+	s.mu.Unlock()
+	return rep, nil
+}
+
+// space is a namespace the server serves, if it does.
+func (s *pmixState) space(nspace string) (pmixNS, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ns, ok := s.spaces[nspace]
+	return ns, ok
+}
+
 // event answers one event of the plugin.
 func (s *pmixState) event(e *pmixbridge.Event) {
 	a := s.a
 	switch e.Kind {
-	case "abort":
+	case pmixbridge.EventAbort:
 		if e.Msg == "N/A" { // Open MPI's "no message"
 			e.Msg = ""
 		}
-		a.w.Send(control.TypeAbort, control.Abort{Generation: s.gen, Rank: e.Rank, Code: e.Status, Msg: e.Msg})
-	case "fence":
+		ns, _ := s.space(e.Nspace)
+		a.w.Send(control.TypeAbort, control.Abort{Generation: s.gen, Rank: ns.base + e.Rank, Code: e.Status, Msg: e.Msg})
+	case pmixbridge.EventFence:
+		if len(e.Procs) != 1 || e.Procs[0].Rank != pmixbridge.Wildcard || e.Procs[0].Nspace != e.Nspace {
+			go s.fenceProcs(e) // ranks of several namespaces: the head's
+			return
+		}
 		s.mu.Lock()
-		s.fence++
-		seq := s.fence
+		s.fence[e.Nspace]++
+		seq := s.fence[e.Nspace]
 		s.mu.Unlock()
 		go s.fenceAcross(e, seq)
+	default:
+		go s.request(e)
 	}
 }
 
@@ -241,9 +300,13 @@ func (s *pmixState) event(e *pmixbridge.Event) {
 // the head's store as one put, and the fence returns every host's, which
 // PMIx wants concatenated.
 func (s *pmixState) fenceAcross(e *pmixbridge.Event, seq int) {
+	ns, ok := s.space(e.Nspace)
+	if !ok {
+		ns.member = s.node
+	}
 	prefix := "pmix." + strconv.Itoa(seq) + "."
-	key := fmt.Sprintf("%s%09d", prefix, s.node)
-	f := &hostFencer{a: s.a, gen: s.gen, node: s.node}
+	key := fmt.Sprintf("%s%09d", prefix, ns.member)
+	f := &hostFencer{a: s.a, gen: s.gen, job: ns.job, node: ns.member}
 	kvs, err := f.Fence(context.Background(), map[string]string{key: base64.StdEncoding.EncodeToString(e.Data)})
 	done := &pmixbridge.FenceDone{ID: e.ID}
 	if err != nil {
@@ -271,14 +334,26 @@ func (s *pmixState) fenceAcross(e *pmixbridge.Event, seq int) {
 // leftEarly says whether a rank that exited with status 0 had started MPI
 // (PMIx_Init) without finishing it (PMIx_Finalize): that ends the job, as
 // its peers would wait for it forever.
-func (s *pmixState) leftEarly(rank int) bool {
+func (s *pmixState) leftEarly(nspace string, rank int) bool {
 	if s == nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := s.client.Rank(ctx, s.nspace, rank)
+	st, err := s.client.Rank(ctx, nspace, rank)
 	return err == nil && st.Connected && !st.Finalized
+}
+
+// nspaceOf is the namespace of the spawned job (0: the generation's).
+func (s *pmixState) nspaceOf(job int) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ns := range s.spaces {
+		if ns.job == job {
+			return name
+		}
+	}
+	return ""
 }
 
 // close stops the plugin and removes its directory. Its ranks are gone by
@@ -295,11 +370,16 @@ func (s *pmixState) close() {
 	// Deregistering the generation runs libpmix's epilog: the files its
 	// clients registered for clean-up (Open MPI's shared-memory segments
 	// in /dev/shm) are removed, even when the ranks were killed.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	if err := s.client.Stop(ctx, s.nspace); err != nil {
-		s.a.log.printf("PMIx: forgetting %s: %v", s.nspace, err)
+	s.mu.Lock()
+	names := slices.Sorted(maps.Keys(s.spaces))
+	s.mu.Unlock()
+	for _, name := range names {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		if err := s.client.Stop(ctx, name); err != nil {
+			s.a.log.printf("PMIx: forgetting %s: %v", name, err)
+		}
+		cancel()
 	}
-	cancel()
 	s.client.Close()
 	s.wg.Wait()
 	os.RemoveAll(s.dir)

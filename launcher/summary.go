@@ -9,6 +9,7 @@ import (
 	"github.com/gorun/gorun/stacks"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,20 @@ type RankRecord struct {
 	StderrTail string    `json:"stderr_tail,omitempty"`
 	MaxRSS     int64     `json:"max_rss_kb,omitempty"`
 	OOMKills   int       `json:"oom_kills,omitempty"`
+	// Job and Nspace name the spawned job (MPI_Comm_spawn) the rank
+	// belongs to, Rank being its rank there; 0 and "" for the job's own
+	// ranks.
+	Job    int    `json:"spawned_job,omitempty"`
+	Nspace string `json:"namespace,omitempty"`
+}
+
+// name names the rank: "rank 3", or "rank 1 of spawned job 2
+// (gorun.<job>.0.2)".
+func (r *RankRecord) name() string {
+	if r.Job == 0 {
+		return fmt.Sprintf("rank %d", r.Rank)
+	}
+	return fmt.Sprintf("rank %d of spawned job %d (%s)", r.Rank, r.Job, r.Nspace)
 }
 
 func (r *RankRecord) update(x *control.Exited) {
@@ -181,6 +196,9 @@ func (h *head) summarize(res result) int {
 // it (nothing for a success).
 func (h *head) summary(res result) (Summary, string) {
 	s := Summary{JobID: h.jobID, Argv: jobrecord.RedactArgs(h.o.Argv), NP: len(h.plan.Ranks), Ranks: h.rec, Phases: h.phases, Hang: h.hang, Membership: h.o.Membership}
+	if len(h.spawnedRecs) > 0 {
+		s.Ranks = append(slices.Clip(h.rec), h.spawnedRecs...)
+	}
 	if len(h.finalProg) > 0 {
 		if rep := rendezvous.Stragglers(h.finalProg); rep.Calls > 0 {
 			s.Stragglers = &rep
@@ -194,8 +212,8 @@ func (h *head) summary(res result) (Summary, string) {
 	}
 	w := new(strings.Builder)
 	stopped := 0
-	for _, r := range h.rec {
-		if r.Stopped && (res.first == nil || r.Rank != res.first.Rank) {
+	for _, r := range s.Ranks {
+		if r.Stopped && (res.first == nil || r.Rank != res.first.Rank || r.Job != res.first.Job) {
 			stopped++
 		}
 	}
@@ -243,17 +261,17 @@ func (h *head) failure(s *Summary, w io.Writer, f *RankRecord, stopped int) {
 	if f.Err != "" && f.PID == 0 {
 		s.ExitCode = f.Code
 	}
-	s.Message = fmt.Sprintf("rank %d on %s %s", f.Rank, f.Host, f.describe())
+	s.Message = fmt.Sprintf("%s on %s %s", f.name(), f.Host, f.describe())
 	fmt.Fprintf(w, "gorun: job %s failed: %s (the first failure, %.2fs after start)\n", h.jobID, s.Message, f.End.Sub(h.start).Seconds())
 	if f.SignalNum == int(unix.SIGKILL) && !f.Stopped {
 		if f.OOMKills > 0 {
-			fmt.Fprintf(w, "gorun: the kernel's OOM killer killed %d process(es) while rank %d ran: it most likely ran out of memory\n", f.OOMKills, f.Rank)
+			fmt.Fprintf(w, "gorun: the kernel's OOM killer killed %d process(es) while %s ran: it most likely ran out of memory\n", f.OOMKills, f.name())
 		} else {
 			fmt.Fprintf(w, "gorun: hint: gorun did not send that SIGKILL; the kernel's OOM killer sends it (see dmesg or journalctl -k), as do cgroup limits and users\n")
 		}
 	}
 	if f.StderrTail != "" {
-		fmt.Fprintf(w, "gorun: last lines of rank %d's stderr:\n%s\n", f.Rank, indent(f.StderrTail, "    | "))
+		fmt.Fprintf(w, "gorun: last lines of %s's stderr:\n%s\n", f.name(), indent(f.StderrTail, "    | "))
 	}
 	if stopped > 0 {
 		fmt.Fprintf(w, "gorun: %d other rank(s) were stopped by gorun (SIGTERM, SIGKILL after %v)\n", stopped, h.o.Grace)

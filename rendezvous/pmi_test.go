@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -617,4 +618,87 @@ func TestPMIServerAppNums(t *testing.T) {
 		}
 		b.Close()
 	}
+}
+
+// A PMI_Spawn_multiple of two programs comes as two mcmd=spawn blocks
+// (totspawns=2): Spawn gets both at once, with their arguments (spaces
+// kept), infos and the preput keys, and the rank one answer after the
+// last block; a refusal's reason travels as one token.
+func TestPMIServerSpawn(t *testing.T) {
+	st, _ := NewStore(1, StoreOptions{})
+	got := make(chan PMISpawn, 2)
+	fail := ""
+	s, _ := NewPMIServer(PMIConfig{Size: 1, Ranks: []int{0}, Fencer: st.Member(0, 0),
+		Spawn: func(rank int, sp PMISpawn) error {
+			got <- sp
+			if fail != "" {
+				return errors.New(fail)
+			}
+			return nil
+		}})
+	a, b := net.Pipe()
+	go s.ServeConn(context.Background(), a, 0)
+	c := newPMIClient(t, b)
+	block := func(i int, exe string, args ...string) string {
+		s := fmt.Sprintf("mcmd=spawn\nnprocs=%d\nexecname=%s\ntotspawns=2\nspawnssofar=%d\n", i+1, exe, i+1)
+		for k, a := range args {
+			s += fmt.Sprintf("arg%d=%s\n", k+1, a)
+		}
+		return s + fmt.Sprintf("argcnt=%d\npreput_num=1\npreput_key_0=PARENT_ROOT_PORT_NAME\npreput_val_0=tag#0$port#1\ninfo_num=1\ninfo_key_0=wdir\ninfo_val_0=/tmp\nendcmd\n", len(args))
+	}
+	go b.Write([]byte(block(0, "/bin/a", "one arg", "two") + block(1, "/bin/b")))
+	if r, err := c.recv(); err != nil || r != "cmd=spawn_result rc=0" {
+		t.Fatalf("spawn reply %q, %v", r, err)
+	}
+	sp := <-got
+	want := PMISpawn{Apps: []PMISpawnApp{{Exec: "/bin/a", Args: []string{"one arg", "two"}, NProcs: 1, Info: [][2]string{{"wdir", "/tmp"}}},
+		{Exec: "/bin/b", NProcs: 2, Info: [][2]string{{"wdir", "/tmp"}}}}, Preput: map[string]string{"PARENT_ROOT_PORT_NAME": "tag#0$port#1"}}
+	if !reflect.DeepEqual(sp, want) {
+		t.Errorf("Spawn got %+v\nwant %+v", sp, want)
+	}
+	fail = "gorun does not serve the info key arch=sparc"
+	go b.Write([]byte("mcmd=spawn\nnprocs=1\nexecname=/bin/a\nendcmd\n"))
+	if r, err := c.recv(); err != nil || r != "cmd=spawn_result rc=-1 msg=gorun_does_not_serve_the_info_key_arch=sparc" {
+		t.Errorf("refused spawn reply %q, %v", r, err)
+	}
+	<-got
+	if r := c.call("cmd=get_appnum"); r != "cmd=appnum appnum=0" {
+		t.Errorf("stream out of sync after spawn: %q", r)
+	}
+	b.Close()
+}
+
+// Name publishing goes to Names; its answers are Hydra's.
+func TestPMIServerNames(t *testing.T) {
+	st, _ := NewStore(1, StoreOptions{})
+	names := map[string]string{}
+	s, _ := NewPMIServer(PMIConfig{Size: 1, Ranks: []int{0}, Fencer: st.Member(0, 0),
+		Names: func(rank int, op, service, port string) (string, error) {
+			switch op {
+			case "publish":
+				names[service] = port
+			case "lookup":
+				if p, ok := names[service]; ok {
+					return p, nil
+				}
+				return "", fmt.Errorf("%s is not published", service)
+			case "unpublish":
+				delete(names, service)
+			}
+			return "", nil
+		}})
+	a, b := net.Pipe()
+	go s.ServeConn(context.Background(), a, 0)
+	c := newPMIClient(t, b)
+	for _, x := range [][2]string{
+		{"cmd=publish_name service=svc port=p#1", "cmd=publish_result info=ok rc=0 msg=success"},
+		{"cmd=lookup_name service=svc", "cmd=lookup_result port=p#1 info=ok rc=0 msg=success"},
+		{"cmd=unpublish_name service=svc", "cmd=unpublish_result info=ok rc=0 msg=success"},
+		{"cmd=lookup_name service=svc", "cmd=lookup_result rc=-1 msg=svc_is_not_published"},
+	} {
+		if r := c.call(x[0]); r != x[1] {
+			t.Errorf("%s: %q, want %q", x[0], r, x[1])
+		}
+	}
+	b.Close()
 }

@@ -54,6 +54,17 @@ type PMIConfig struct {
 	// before finalize (and without abort). The barrier of the other local
 	// ranks fails whether or not it sent init.
 	OnEarlyExit func(rank int)
+	// Names, if set, serves MPI name publishing (publish_name, lookup_name,
+	// unpublish_name: op is "publish", "lookup" or "unpublish"): it
+	// returns a lookup's port, or why the request failed (the rank gets
+	// rc=-1 and the reason). It may block: the rank waits for its reply.
+	// Without it the rank gets rc=1 msg=not_supported.
+	Names func(rank int, op, service, port string) (string, error)
+	// Spawn, if set, serves MPI_Comm_spawn (the mcmd=spawn blocks of one
+	// PMI_Spawn_multiple): it returns once the spawned ranks started, or
+	// with why they could not (the rank gets rc=-1 and the reason). It may
+	// block. Without it the rank gets rc=-1 msg=not_supported.
+	Spawn func(rank int, sp PMISpawn) error
 	// OnFenceError is called when a barrier fails (the job-wide fence
 	// failed, or a local rank is gone). The waiting ranks' connections are
 	// closed, so their PMI call fails instead of hanging.
@@ -189,7 +200,8 @@ type pmiConn struct {
 	inited    bool
 	finalized bool
 	aborted   bool
-	dropped   bool // closed by the server (failed barrier, protocol error)
+	dropped   bool      // closed by the server (failed barrier, protocol error)
+	spawn     *PMISpawn // the blocks of a spawn so far, until its last
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -433,7 +445,20 @@ func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err erro
 		// until the launcher kills the rank (pmi.md §6).
 		return false, nil
 	case "publish_name", "unpublish_name", "lookup_name":
-		return false, pc.reply(formatPMI(strings.TrimSuffix(m.Cmd, "_name")+"_result", "rc", "1", "msg", "not_supported"))
+		op := strings.TrimSuffix(m.Cmd, "_name")
+		if s.cfg.Names == nil {
+			return false, pc.reply(formatPMI(op+"_result", "rc", "1", "msg", "not_supported"))
+		}
+		port, err := s.cfg.Names(pc.rank, op, m.Args["service"], m.Args["port"])
+		switch {
+		case err != nil:
+			return false, pc.reply(formatPMI(op+"_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
+		case op == "lookup" && pmiValueOK(port) && len(port) < PMIValLenMax:
+			return false, pc.reply(formatPMI(op+"_result", "port", port, "info", "ok", "rc", "0", "msg", "success"))
+		case op == "lookup":
+			return false, pc.reply(formatPMI(op+"_result", "rc", "-1", "msg", "port_cannot_travel_over_PMI"))
+		}
+		return false, pc.reply(formatPMI(op+"_result", "info", "ok", "rc", "0", "msg", "success"))
 	default:
 		s.logf("pmi: rank %d: unsupported command %q", pc.rank, m.Cmd)
 		return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "unsupported"))
@@ -443,9 +468,30 @@ func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err erro
 // maxSpawnLines bounds a multi-line command block.
 const maxSpawnLines = 4096
 
+// PMISpawn is one PMI_Spawn_multiple of MPICH's simple PMI: its programs
+// (one mcmd=spawn block each) and the key-values the spawner puts into its
+// children's KVS (preput: PARENT_ROOT_PORT_NAME).
+type PMISpawn struct {
+	Apps   []PMISpawnApp
+	Preput map[string]string
+}
+
+// PMISpawnApp is one program of a spawn: execname, its arguments, nprocs,
+// and its info keys in the order given.
+type PMISpawnApp struct {
+	Exec   string
+	Args   []string
+	NProcs int
+	Info   [][2]string
+}
+
 // multi reads a multi-line (mcmd=) block up to its endcmd line, so the
-// stream stays in sync, and refuses it.
+// stream stays in sync. A spawn's blocks (totspawns of them, one per
+// program) are collected, and the last one answered: by Spawn, or refused.
+// Any other block is refused.
 func (pc *pmiConn) multi(m PMIMessage) (bool, error) {
+	kv := map[string]string{}
+	var order []string
 	for n, ended := 0, false; !ended; n++ {
 		if n >= maxSpawnLines {
 			return true, fmt.Errorf("rendezvous: rank %d: mcmd=%s block without endcmd", pc.rank, m.Cmd)
@@ -454,8 +500,86 @@ func (pc *pmiConn) multi(m PMIMessage) (bool, error) {
 		if err != nil {
 			return true, err
 		}
-		ended = strings.TrimSpace(line) == "endcmd"
+		line = strings.TrimSuffix(line, "\n")
+		if ended = strings.TrimSpace(line) == "endcmd"; !ended {
+			// One key=value a line; a value (an argument) may hold spaces.
+			if k, v, ok := strings.Cut(line, "="); ok {
+				kv[k] = v
+				order = append(order, k)
+			}
+		}
 	}
-	pc.s.logf("pmi: rank %d: mcmd=%s is not supported", pc.rank, m.Cmd)
-	return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "not_supported"))
+	if m.Cmd != "spawn" {
+		pc.s.logf("pmi: rank %d: mcmd=%s is not supported", pc.rank, m.Cmd)
+		return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "not_supported"))
+	}
+	for k, v := range m.Args {
+		kv[k] = v
+	}
+	app, total, err := spawnBlock(kv, order)
+	if err != nil {
+		pc.spawn = nil
+		pc.s.logf("pmi: rank %d: %v", pc.rank, err)
+		return false, pc.reply(formatPMI("spawn_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
+	}
+	if pc.spawn == nil {
+		pc.spawn = &PMISpawn{Preput: map[string]string{}}
+	}
+	pc.spawn.Apps = append(pc.spawn.Apps, app)
+	for i := range atoiOr(kv["preput_num"], 0) {
+		pc.spawn.Preput[kv["preput_key_"+strconv.Itoa(i)]] = kv["preput_val_"+strconv.Itoa(i)]
+	}
+	if len(pc.spawn.Apps) < total {
+		return false, nil // the next block follows; one answer for all
+	}
+	sp := *pc.spawn
+	pc.spawn = nil
+	if pc.s.cfg.Spawn == nil {
+		pc.s.logf("pmi: rank %d: MPI_Comm_spawn is not served here", pc.rank)
+		return false, pc.reply(formatPMI("spawn_result", "rc", "-1", "msg", "not_supported"))
+	}
+	if err := pc.s.cfg.Spawn(pc.rank, sp); err != nil {
+		return false, pc.reply(formatPMI("spawn_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
+	}
+	return false, pc.reply(formatPMI("spawn_result", "rc", "0"))
+}
+
+// spawnBlock reads one mcmd=spawn block's key-values (order: the keys as
+// they came): its program, and how many blocks the spawn has.
+func spawnBlock(kv map[string]string, order []string) (PMISpawnApp, int, error) {
+	app := PMISpawnApp{Exec: kv["execname"]}
+	var err error
+	if app.NProcs, err = strconv.Atoi(kv["nprocs"]); err != nil || app.NProcs < 1 {
+		return app, 0, fmt.Errorf("spawn: bad nprocs %q", truncate(kv["nprocs"], 20))
+	}
+	if app.Exec == "" {
+		return app, 0, errors.New("spawn: no execname")
+	}
+	total := atoiOr(kv["totspawns"], 1)
+	if total < 1 || total > 1024 {
+		return app, 0, fmt.Errorf("spawn: bad totspawns %q", truncate(kv["totspawns"], 20))
+	}
+	argc := atoiOr(kv["argcnt"], 0)
+	if argc < 0 || argc > maxSpawnLines {
+		return app, 0, fmt.Errorf("spawn: bad argcnt %q", truncate(kv["argcnt"], 20))
+	}
+	for i := 1; i <= argc; i++ {
+		app.Args = append(app.Args, kv["arg"+strconv.Itoa(i)])
+	}
+	for i := range atoiOr(kv["info_num"], 0) {
+		k, ok := kv["info_key_"+strconv.Itoa(i)]
+		if !ok || i >= maxSpawnLines {
+			break
+		}
+		app.Info = append(app.Info, [2]string{k, kv["info_val_"+strconv.Itoa(i)]})
+	}
+	return app, total, nil
+}
+
+// atoiOr is s as an integer, or def.
+func atoiOr(s string, def int) int {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n
+	}
+	return def
 }

@@ -81,10 +81,12 @@ const (
 	TypeSignaled Type = 25 // A->H: Signal, the agent got a signal from outside (a resource manager) and forwarded it
 	TypeProbe    Type = 26 // H->A: Probe, a question about the host's ranks (their stacks, their state) or the host
 	TypeProbeRe  Type = 27 // A->H: ProbeReply
-	maxType      Type = 27
+	TypeDyn      Type = 28 // both: Dyn, a request about dynamic processes (MPI_Comm_spawn, name publishing, connect, another host's PMIx data)
+	TypeDynRe    Type = 29 // both: DynReply, the answer to a Dyn
+	maxType      Type = 29
 )
 
-var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort", "signaled", "probe", "probe-reply"}
+var typeNames = [...]string{"", "hello", "launch", "started", "exited", "output", "stdin", "signal", "kill", "done", "shutdown", "error", "env", "stdin-ack", "beat", "route", "route-reply", "spawn", "relay", "spawn-error", "check", "check-reply", "fence", "fence-reply", "abort", "signaled", "probe", "probe-reply", "dyn", "dyn-reply"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= maxType {
@@ -208,6 +210,60 @@ type Launch struct {
 	// (MPMD: prog1 : -np 2 prog2), in rank order; each rank runs the app
 	// its RankSpec names. Empty: every rank runs Argv.
 	Apps []App `json:"apps,omitempty"`
+	// Spawned, when set, says the launch starts a job that the
+	// generation's ranks spawned (MPI_Comm_spawn), beside the
+	// generation's own ranks: its ranks (RankSpec.Rank, WorldSize) are
+	// the spawned job's own, numbered from 0. A host with none of them
+	// gets the launch too, to register the job's namespace for the ranks
+	// here that connect to it.
+	Spawned *Spawned `json:"spawned,omitempty"`
+}
+
+// Spawned describes a spawned job to the agents (Launch.Spawned).
+type Spawned struct {
+	// Job is its number in the generation: 1 for the first spawn.
+	Job int `json:"job"`
+	// Base numbers its ranks in the frames of the job (Started, Exited,
+	// Output, Abort, Stdin): its rank r is Base+r, after the
+	// generation's ranks and those of the jobs spawned before it.
+	Base int `json:"base"`
+	// Nspace is its PMIx namespace; Launch.PMI.KVSName its PMI-1 KVS.
+	Nspace string `json:"nspace"`
+	// Parent is the process that spawned it.
+	Parent Proc `json:"parent"`
+	// NodeOf is the node of each of its ranks, in the plan's numbering.
+	NodeOf []int `json:"node_of"`
+	// Nodes are the nodes its ranks run on, in the plan's numbering:
+	// the members of its fences (a Fence's Nodes name a member by its
+	// index in it).
+	Nodes []int `json:"nodes"`
+	// SlotsUsed is how many ranks of the job already ran on this host
+	// when it was placed: its ranks are bound to the slots after theirs.
+	SlotsUsed int `json:"slots_used,omitempty"`
+	// Preput are key-values its PMI-1 KVS holds from the start: what the
+	// spawner put for it (MPICH's PARENT_ROOT_PORT_NAME).
+	Preput map[string]string `json:"preput,omitempty"`
+	// Known are the namespaces of the generation and of the jobs spawned
+	// before this one, which a PMIx server that starts with this launch
+	// registers too (so that the ranks can connect to them).
+	Known []Namespace `json:"known,omitempty"`
+}
+
+// Namespace is one job of a generation as a PMIx server registers it:
+// its name, and the node of each of its ranks.
+type Namespace struct {
+	Nspace string `json:"nspace"`
+	Job    int    `json:"job,omitempty"`  // its Spawned.Job; 0: the generation's
+	Base   int    `json:"base,omitempty"` // its Spawned.Base
+	NodeOf []int  `json:"node_of"`
+	Parent *Proc  `json:"parent,omitempty"`
+}
+
+// Proc names a process of the generation's jobs: a rank of a PMIx
+// namespace (or PMI-1 KVS). Rank -1 is every rank of it.
+type Proc struct {
+	Nspace string `json:"nspace"`
+	Rank   int    `json:"rank"`
 }
 
 // Print is how an agent prints its ranks' output (Launch.Print): the
@@ -247,6 +303,9 @@ type PMI struct {
 	// --kv-job-budget); zero fields take package rendezvous's defaults.
 	RankBudget KVBudget `json:"rank_budget,omitzero"`
 	JobBudget  KVBudget `json:"job_budget,omitzero"`
+	// UnivSize is the universe size the ranks are told (MPI_UNIVERSE_SIZE:
+	// the slots of the job's hosts); 0: the job's size.
+	UnivSize int `json:"univ_size,omitempty"`
 }
 
 // KVBudget is a budget of the rendezvous store: at most Keys keys and
@@ -323,6 +382,10 @@ type Kill struct {
 type Done struct {
 	Generation int   `json:"generation"`
 	MaxRSS     int64 `json:"max_rss_kb"` // the agent's own peak resident set, KiB
+	// Launches counts the Launch frames of the generation the agent had
+	// received (the generation's, then one per spawned job): a Done that
+	// counts fewer than the head sent is followed by another.
+	Launches int `json:"launches,omitempty"`
 }
 
 // Error reports an agent-side failure that is not one rank's.
@@ -472,10 +535,14 @@ type CheckResult struct {
 // subtree, once every host in it has reached the fence: Nodes then lists
 // them, and Puts holds all their puts.
 type Fence struct {
-	Generation int               `json:"generation"`
-	Seq        int               `json:"seq"` // the fence's number in its generation (1, 2, ...), to match the reply
-	Puts       map[string]string `json:"puts,omitempty"`
-	Nodes      []int             `json:"nodes,omitempty"` // the hosts it stands for; nil: the sender's alone
+	Generation int `json:"generation"`
+	// Job is the spawned job whose fence it is (Spawned.Job); 0: the
+	// generation's. A spawned job's fences go straight to the head, and
+	// Nodes then holds the host's index in its Spawned.Nodes.
+	Job   int               `json:"job,omitempty"`
+	Seq   int               `json:"seq"` // the fence's number in its generation (1, 2, ...), to match the reply
+	Puts  map[string]string `json:"puts,omitempty"`
+	Nodes []int             `json:"nodes,omitempty"` // the hosts it stands for; nil: the sender's alone
 }
 
 // FenceReply ends a fence: everything the fence published, or why it
@@ -485,6 +552,7 @@ type Fence struct {
 // (generation, number, error), then KVs.
 type FenceReply struct {
 	Generation int    `json:"generation"`
+	Job        int    `json:"job,omitempty"`
 	Seq        int    `json:"seq"`
 	Err        string `json:"err,omitempty"`
 	// KVs is the published key-values as rendezvous.EncodePublished
@@ -530,6 +598,100 @@ type Abort struct {
 	// with these ranks never arriving; Rank is the first of them.
 	Missing []int         `json:"missing,omitempty"`
 	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// The kinds of Dyn: what ranks ask through PMIx or PMI-1, and what the
+// head asks an agent's PMIx server.
+const (
+	DynSpawn      = "spawn"      // A->H: start Apps as a new job; the reply names it
+	DynPublish    = "publish"    // A->H: publish Info's names
+	DynLookup     = "lookup"     // A->H: look Keys up (Wait: until published, Timeout bounds it)
+	DynUnpublish  = "unpublish"  // A->H: unpublish Keys
+	DynConnect    = "connect"    // A->H: this host's ranks of Procs connect; the reply comes when every host's did
+	DynDisconnect = "disconnect" // A->H: likewise, to disconnect
+	DynModex      = "modex"      // A->H: the PMIx data of Procs[0], which another host holds; H->A: this host's, for it
+	DynFence      = "fence"      // A->H: a PMIx fence over Procs (ranks of several namespaces), with this host's Data; the reply has every host's
+)
+
+// The status classes of a DynReply (pmixbridge's, which the PMIx plugin
+// turns into PMIx statuses; PMI-1 answers rc=-1 to all but DynOK).
+const (
+	DynOK           = 0
+	DynError        = 1
+	DynNotFound     = 2
+	DynNotSupported = 3
+	DynTimeout      = 4
+	DynExists       = 5
+)
+
+// Dyn is a request about dynamic processes. From an agent: what one of its
+// ranks asked through PMIx or PMI-1 (a spawn, name publishing, a connect,
+// another host's PMIx data), which only the head can answer. From the
+// head: a question for the agent's PMIx server (the data of one of its
+// ranks, which another host's ranks want). The receiver answers each with
+// one DynReply of the same ID.
+type Dyn struct {
+	ID         uint64 `json:"id"`
+	Kind       string `json:"kind"`
+	Generation int    `json:"generation"`
+	// From is the requester, by namespace (PMIx) or KVS (PMI-1) and rank;
+	// a connect's is its namespace with rank -1.
+	From Proc `json:"from"`
+	// PMI says the request came over PMI-1 (MPICH) rather than PMIx.
+	PMI bool `json:"pmi,omitempty"`
+	// Apps are a spawn's programs (Size: its maxprocs), Info its
+	// job-level attributes.
+	Apps []DynApp `json:"apps,omitempty"`
+	// Info are the request's attributes (a spawn's, a lookup's
+	// directives), or a publish's names and their values.
+	Info []KV `json:"info,omitempty"`
+	// Keys are a lookup's or unpublish's names.
+	Keys []string `json:"keys,omitempty"`
+	// Procs are a connect's or disconnect's processes, or a modex's.
+	Procs []Proc `json:"procs,omitempty"`
+	// Preput are PMI-1 key-values a spawner puts into its children's
+	// KVS.
+	Preput map[string]string `json:"preput,omitempty"`
+	// Data is a fence's contribution of this host (opaque PMIx bytes).
+	Data []byte `json:"data,omitempty"`
+}
+
+// DynApp is one program of a spawn.
+type DynApp struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env,omitempty"` // NAME=value pairs the spawner adds
+	Dir  string   `json:"dir,omitempty"`
+	Size int      `json:"size"`           // maxprocs
+	Info []KV     `json:"info,omitempty"` // its attributes: host, wdir, ...
+}
+
+// KV is an attribute or a published name with its value, as text.
+type KV struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// DynReply answers a Dyn: a status class (DynOK, ...), and why it failed
+// (for the requester's eyes; the head prints it too), or what it returns.
+type DynReply struct {
+	ID     uint64 `json:"id"`
+	Kind   string `json:"kind"`
+	Status int    `json:"status,omitempty"`
+	Err    string `json:"err,omitempty"`
+	// Nspace is a spawn's new namespace.
+	Nspace string `json:"nspace,omitempty"`
+	// Found are a lookup's names, with who published each.
+	Found []Found `json:"found,omitempty"`
+	// Data is a modex's answer, or a fence's: every host's contribution
+	// (opaque PMIx bytes).
+	Data []byte `json:"data,omitempty"`
+}
+
+// Found is a published name a lookup found.
+type Found struct {
+	Key       string `json:"key"`
+	Value     string `json:"value"`
+	Publisher Proc   `json:"publisher"`
 }
 
 // Output is a chunk of a rank's stdout (Stream 1) or stderr (Stream 2).

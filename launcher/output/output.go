@@ -104,6 +104,13 @@ type Options struct {
 	// (rank, stream) with the Mux's lock held, so it must be cheap and must
 	// not call the Mux. Nil means no host.
 	Host func(rank int) string
+	// Label, if set, says which job a rank number belongs to and its rank
+	// there: job 0 is the job's own (rank as it is); job j > 0 is the
+	// j-th job its ranks spawned (MPI_Comm_spawn), whose ranks are
+	// numbered after the job's own. A spawned rank's tag is "[j:rank] "
+	// ("[host:j:rank] " with TagHost), Open MPI's "[1+j,rank]<stdout>:",
+	// and its files are Dir/rank.j.rank (Open MPI's Dir/1+j/rank.rank).
+	Label func(rank int) (job, jobRank int)
 	// Timestamp prefixes every line, before the tag, with the time the rank
 	// wrote its first byte (the t passed to Write) in TimestampLayout, UTC,
 	// followed by a space (StyleOpenMPI: OpenMPITimestampLayout).
@@ -395,8 +402,9 @@ func (m *Mux) state(rank int, s Stream) *rankState {
 // tagOf is k's tag: "[host:rank] " (TagHost, with a host) or "[rank] ";
 // in StyleOpenMPI "[1,rank]<stdout>:".
 func (m *Mux) tagOf(k key) []byte {
+	job, rank := m.label(k.rank)
 	if m.o.Style == StyleOpenMPI {
-		b := append([]byte("["+OpenMPIJob+","), strconv.Itoa(k.rank)...)
+		b := append([]byte("["+strconv.Itoa(1+job)+","), strconv.Itoa(rank)...)
 		return streamTag(append(b, ']'), k.s)
 	}
 	host := ""
@@ -408,7 +416,11 @@ func (m *Mux) tagOf(k key) []byte {
 		b = append(b, host...)
 		b = append(b, ':')
 	}
-	b = strconv.AppendInt(b, int64(k.rank), 10)
+	if job > 0 {
+		b = strconv.AppendInt(b, int64(job), 10)
+		b = append(b, ':')
+	}
+	b = strconv.AppendInt(b, int64(rank), 10)
 	return append(b, ']', ' ')
 }
 
@@ -700,18 +712,33 @@ func (m *Mux) Close() error {
 	return errors.Join(errs...)
 }
 
+// label is the job and the rank there of a rank number (Options.Label).
+func (m *Mux) label(rank int) (job, jobRank int) {
+	if m.o.Label == nil {
+		return 0, rank
+	}
+	return m.o.Label(rank)
+}
+
 // rankDir is the directory of rank's files in directory mode.
-func (m *Mux) rankDir(rank int) string {
+func (m *Mux) rankDir(id int) string {
+	job, rank := m.label(id)
 	if m.o.Style != StyleOpenMPI {
+		if job > 0 {
+			return filepath.Join(m.o.Dir, "rank."+strconv.Itoa(job)+"."+strconv.Itoa(rank))
+		}
 		return filepath.Join(m.o.Dir, "rank."+strconv.Itoa(rank))
 	}
 	// Open MPI pads the rank to as many digits as the job's size has:
 	// rank.0 to rank.8 for 9 ranks, rank.00 to rank.09 for 10.
 	name := fmt.Sprintf("rank.%0*d", len(strconv.Itoa(max(m.o.Ranks, 1))), rank)
-	if m.o.FlatDir {
+	if job > 0 {
+		name = "rank." + strconv.Itoa(rank)
+	}
+	if m.o.FlatDir && job == 0 {
 		return filepath.Join(m.o.Dir, name)
 	}
-	return filepath.Join(m.o.Dir, OpenMPIJob, name)
+	return filepath.Join(m.o.Dir, strconv.Itoa(1+job), name)
 }
 
 // dirMode is the mode of the directories made in directory mode.

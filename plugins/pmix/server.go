@@ -5,6 +5,7 @@ package main
 /*
 #cgo pkg-config: pmix
 #include <stdlib.h>
+#include <pmix_common.h>
 #include "pmixsrv.h"
 */
 import "C"
@@ -27,6 +28,8 @@ type server struct {
 	events chan *pmixbridge.Event
 	ranks  map[string]map[int]*pmixbridge.RankState // nspace -> rank -> state
 	fences map[uint64]bool                          // outstanding fence ops
+	ops    map[uint64]string                        // outstanding request ops, by kind
+	apps   map[uint64][]pmixbridge.SpawnApp         // a spawn's programs, as libpmix hands them over
 
 	initDone chan struct{} // closed when libpmix's server is up (or failed)
 	initErr  error
@@ -36,6 +39,8 @@ var srv = &server{
 	events:   make(chan *pmixbridge.Event, 1024),
 	ranks:    map[string]map[int]*pmixbridge.RankState{},
 	fences:   map[uint64]bool{},
+	ops:      map[uint64]string{},
+	apps:     map[uint64][]pmixbridge.SpawnApp{},
 	initDone: make(chan struct{}),
 }
 
@@ -73,8 +78,13 @@ func (s *server) Start(_ context.Context, r *pmixbridge.StartRequest) (*pmixbrid
 		return nil, err
 	}
 	errBuf := make([]C.char, 512)
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	// s.mu is not held across the library's calls: they wait for its
+	// progress thread, whose callbacks into Go (the clients of the
+	// namespaces already served: connects, fences, requests) take it.
+	// The namespace's nodes are those that run its ranks (a spawned job
+	// may run on some of the job's hosts only): libpmix refuses a node
+	// with no rank in a namespace's maps.
+	r = compactNodes(r)
 	// Every array handed to C lives in C memory (cgo's pointer rules).
 	nn := len(r.Hosts)
 	hosts := (*[1 << 28]*C.char)(C.malloc(C.size_t(nn) * C.size_t(unsafe.Sizeof(uintptr(0)))))[:nn:nn]
@@ -118,13 +128,28 @@ func (s *server) Start(_ context.Context, r *pmixbridge.StartRequest) (*pmixbrid
 	}
 	ns := C.CString(r.Nspace)
 	defer C.free(unsafe.Pointer(ns))
+	var parentNs *C.char
+	parentRank := C.uint32_t(0)
+	if r.Parent != nil {
+		parentNs = C.CString(r.Parent.Nspace)
+		defer C.free(unsafe.Pointer(parentNs))
+		parentRank = C.uint32_t(r.Parent.Rank)
+	}
 	if C.gorun_register(ns, C.uint32_t(size), C.uint32_t(nn), &hosts[0], &nodeOf[0], &localOf[0], appOf,
-		C.uint32_t(r.Node), &errBuf[0], C.size_t(len(errBuf))) != 0 {
+		C.uint32_t(uint32(r.Node)), C.uint32_t(r.UnivSize), parentNs, parentRank, &errBuf[0], C.size_t(len(errBuf))) != 0 {
 		return nil, cerr(errBuf)
 	}
 	states := map[int]*pmixbridge.RankState{}
-	s.ranks[r.Nspace] = states
 	reply := &pmixbridge.StartReply{Env: map[int][]string{}}
+	defer func() {
+		// Its ranks start once the reply is back: before any connects.
+		s.mu.Lock()
+		s.ranks[r.Nspace] = states
+		s.mu.Unlock()
+	}()
+	if r.Remote {
+		return reply, nil
+	}
 	for _, rank := range local {
 		var env **C.char
 		if C.gorun_client(ns, C.uint32_t(rank), C.uint32_t(r.UID), C.uint32_t(r.GID), &env,
@@ -200,6 +225,128 @@ func (s *server) Stop(_ context.Context, q *pmixbridge.RankQuery) (*pmixbridge.E
 	return &pmixbridge.Empty{}, nil
 }
 
+// Done completes a request: a spawn with its namespace, a lookup with
+// what it found, a dmodex with the process's data, the others with their
+// status alone.
+func (s *server) Done(_ context.Context, d *pmixbridge.Done) (*pmixbridge.Empty, error) {
+	s.mu.Lock()
+	kind, ok := s.ops[d.ID]
+	delete(s.ops, d.ID)
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("pmix: no request %d", d.ID)
+	}
+	op, class := C.uintptr_t(d.ID), C.int(d.Status)
+	switch kind {
+	case pmixbridge.EventLookup:
+		n := len(d.Found)
+		keys, vals, nss := cstrs(n), cstrs(n), cstrs(n)
+		defer freeStrs(keys)
+		defer freeStrs(vals)
+		defer freeStrs(nss)
+		m := C.size_t(max(n, 1))
+		rawRanks, rawLens, rawBytes := C.calloc(m, 4), C.calloc(m, C.size_t(unsafe.Sizeof(C.size_t(0)))), C.calloc(m, C.size_t(unsafe.Sizeof(C.int(0))))
+		defer C.free(rawRanks)
+		defer C.free(rawLens)
+		defer C.free(rawBytes)
+		ranks := unsafe.Slice((*C.uint32_t)(rawRanks), int(m))
+		lens := unsafe.Slice((*C.size_t)(rawLens), int(m))
+		bytes := unsafe.Slice((*C.int)(rawBytes), int(m))
+		for i, p := range d.Found {
+			v := []byte(p.Value)
+			bytes[i] = 0
+			if b, ok := pmixbridge.Bytes(p.Value); ok {
+				v, bytes[i] = b, 1
+			}
+			keys[i], vals[i], nss[i] = C.CString(p.Key), (*C.char)(C.CBytes(append(v, 0))), C.CString(p.Publisher.Nspace)
+			lens[i] = C.size_t(len(v))
+			ranks[i] = C.uint32_t(uint32(p.Publisher.Rank))
+		}
+		C.gorun_lookup_done(op, class, C.size_t(n), &keys[0], &vals[0], &lens[0], &bytes[0], &nss[0], &ranks[0])
+	case pmixbridge.EventDirectModex:
+		var p *C.char
+		if len(d.Data) > 0 {
+			p = (*C.char)(C.CBytes(d.Data))
+			defer C.free(unsafe.Pointer(p))
+		}
+		C.gorun_modex_done(op, class, p, C.size_t(len(d.Data)))
+	default:
+		ns := C.CString(d.Nspace)
+		defer C.free(unsafe.Pointer(ns))
+		C.gorun_op_done(op, C.int(kindCode[kind]), class, ns)
+	}
+	return &pmixbridge.Empty{}, nil
+}
+
+// Modex returns the data a local process committed, for another host's
+// server (which asked its host for it: a direct modex).
+func (s *server) Modex(_ context.Context, p *pmixbridge.Proc) (*pmixbridge.ModexData, error) {
+	errBuf := make([]C.char, 512)
+	ns := C.CString(p.Nspace)
+	defer C.free(unsafe.Pointer(ns))
+	var data *C.char
+	var n C.size_t
+	if C.gorun_dmodex(ns, C.uint32_t(uint32(p.Rank)), &data, &n, &errBuf[0], C.size_t(len(errBuf))) != 0 {
+		return nil, fmt.Errorf("rank %d of %s: %w", p.Rank, p.Nspace, cerr(errBuf))
+	}
+	defer C.free(unsafe.Pointer(data))
+	return &pmixbridge.ModexData{Data: C.GoBytes(unsafe.Pointer(data), C.int(n))}, nil
+}
+
+// The request kinds of pmixsrv.h, by event kind.
+var kindCode = map[string]int{
+	pmixbridge.EventSpawn: C.GORUN_SPAWN, pmixbridge.EventPublish: C.GORUN_PUBLISH, pmixbridge.EventLookup: C.GORUN_LOOKUP,
+	pmixbridge.EventUnpublish: C.GORUN_UNPUBLISH, pmixbridge.EventConnect: C.GORUN_CONNECT,
+	pmixbridge.EventDisconnect: C.GORUN_DISCONNECT, pmixbridge.EventDirectModex: C.GORUN_DMODEX,
+}
+
+// kindName is the event kind of a pmixsrv.h request kind.
+func kindName(code C.int) string {
+	for k, c := range kindCode {
+		if c == int(code) {
+			return k
+		}
+	}
+	return ""
+}
+
+// cstrs returns a NULL-terminated array of n C strings in C memory, to be
+// filled in and freed with freeStrs.
+func cstrs(n int) []*C.char {
+	p := (*[1 << 28]*C.char)(C.calloc(C.size_t(n+1), C.size_t(unsafe.Sizeof(uintptr(0)))))
+	return p[: n+1 : n+1]
+}
+
+func freeStrs(s []*C.char) {
+	for _, p := range s {
+		C.free(unsafe.Pointer(p))
+	}
+	C.free(unsafe.Pointer(&s[0]))
+}
+
+// goStrs reads a NULL-terminated array of C strings.
+func goStrs(p **C.char) []string {
+	var out []string
+	for ; p != nil && *p != nil; p = (**C.char)(unsafe.Add(unsafe.Pointer(p), unsafe.Sizeof(p))) {
+		out = append(out, C.GoString(*p))
+	}
+	return out
+}
+
+// goKVs pairs NULL-terminated key and value arrays.
+func goKVs(keys, vals **C.char) []pmixbridge.KV {
+	k, v := goStrs(keys), goStrs(vals)
+	out := make([]pmixbridge.KV, 0, len(k))
+	for i := range k {
+		kv := pmixbridge.KV{Key: k[i]}
+		if i < len(v) {
+			kv.Value = v[i]
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
 // finalize stops libpmix.
 func (s *server) finalize() {
 	if s.waitInit() == nil {
@@ -246,11 +393,98 @@ func goAbort(nspace *C.char, rank C.uint32_t, status C.int, msg *C.char) {
 	srv.events <- &pmixbridge.Event{Kind: "abort", Nspace: C.GoString(nspace), Rank: int(rank), Status: int(status), Msg: C.GoString(msg)}
 }
 
+// goFence sends a fence (once this host's participants arrived): over
+// the n processes names and ranks name, with this host's data.
+//
 //export goFence
-func goFence(nspace *C.char, op C.uintptr_t, data *C.char, n C.size_t) {
+func goFence(nspace *C.char, op C.uintptr_t, data *C.char, n C.size_t, names **C.char, ranks *C.uint32_t, nprocs C.size_t) {
 	id := uint64(op)
 	srv.mu.Lock()
 	srv.fences[id] = true
 	srv.mu.Unlock()
-	srv.events <- &pmixbridge.Event{Kind: "fence", Nspace: C.GoString(nspace), ID: id, Data: C.GoBytes(unsafe.Pointer(data), C.int(n))}
+	e := &pmixbridge.Event{Kind: pmixbridge.EventFence, Nspace: C.GoString(nspace), ID: id, Data: C.GoBytes(unsafe.Pointer(data), C.int(n))}
+	ns, rs := goStrs(names), unsafe.Slice(ranks, int(nprocs))
+	for i := range ns {
+		e.Procs = append(e.Procs, pmixbridge.Proc{Nspace: ns[i], Rank: pmixRank(uint32(rs[i]))})
+	}
+	srv.events <- e
+}
+
+// goSpawnApp records one program of a spawn that libpmix is handing over;
+// goRequest then sends the spawn.
+//
+//export goSpawnApp
+func goSpawnApp(op C.uintptr_t, cmd *C.char, argv, env **C.char, cwd *C.char, maxprocs C.int, keys, vals **C.char) {
+	app := pmixbridge.SpawnApp{Cmd: C.GoString(cmd), Argv: goStrs(argv), Env: goStrs(env), Dir: C.GoString(cwd),
+		MaxProcs: int(maxprocs), Info: goKVs(keys, vals)}
+	srv.mu.Lock()
+	srv.apps[uint64(op)] = append(srv.apps[uint64(op)], app)
+	srv.mu.Unlock()
+}
+
+// goRequest sends a request that the job answers (spawn, publish, lookup,
+// unpublish, connect, disconnect, dmodex) as an event: keys and vals are
+// its attributes, names a lookup's or unpublish's keys, or with ranks the
+// processes of a connect, a disconnect or a dmodex.
+//
+//export goRequest
+func goRequest(nspace *C.char, rank C.uint32_t, kind C.int, op C.uintptr_t, keys, vals, names **C.char, ranks *C.uint32_t, n C.size_t) {
+	id := uint64(op)
+	e := &pmixbridge.Event{Kind: kindName(kind), Nspace: C.GoString(nspace), ID: id, Rank: pmixRank(uint32(rank)), Info: goKVs(keys, vals)}
+	switch e.Kind {
+	case pmixbridge.EventLookup, pmixbridge.EventUnpublish:
+		e.Keys = goStrs(names)
+	case pmixbridge.EventConnect, pmixbridge.EventDisconnect, pmixbridge.EventDirectModex:
+		ns := goStrs(names)
+		rs := unsafe.Slice(ranks, int(n))
+		for i := range ns {
+			e.Procs = append(e.Procs, pmixbridge.Proc{Nspace: ns[i], Rank: pmixRank(uint32(rs[i]))})
+		}
+	}
+	srv.mu.Lock()
+	srv.ops[id] = e.Kind
+	if e.Kind == pmixbridge.EventSpawn {
+		e.Spawn = srv.apps[id]
+		delete(srv.apps, id)
+	}
+	srv.mu.Unlock()
+	srv.events <- e
+}
+
+// pmixRank is a PMIx rank as the bridge numbers it: PMIX_RANK_WILDCARD
+// is pmixbridge.Wildcard.
+func pmixRank(r uint32) int {
+	if r == C.PMIX_RANK_WILDCARD {
+		return pmixbridge.Wildcard
+	}
+	return int(r)
+}
+
+// compactNodes renumbers r's nodes to those that run its ranks, in node
+// order; r.Node becomes -1 when this host runs none of them.
+func compactNodes(r *pmixbridge.StartRequest) *pmixbridge.StartRequest {
+	used := make([]bool, len(r.Hosts))
+	for _, n := range r.NodeOf {
+		if n >= 0 && n < len(used) {
+			used[n] = true
+		}
+	}
+	index := make([]int, len(r.Hosts))
+	c := *r
+	c.Hosts, c.NodeOf = nil, make([]int, len(r.NodeOf))
+	for n, u := range used {
+		index[n] = -1
+		if u {
+			index[n] = len(c.Hosts)
+			c.Hosts = append(c.Hosts, r.Hosts[n])
+		}
+	}
+	for i, n := range r.NodeOf {
+		c.NodeOf[i] = -1
+		if n >= 0 && n < len(index) {
+			c.NodeOf[i] = index[n]
+		}
+	}
+	c.Node = index[r.Node]
+	return &c
 }

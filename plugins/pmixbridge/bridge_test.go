@@ -21,6 +21,7 @@ type fake struct {
 	mu     sync.Mutex
 	start  *StartRequest
 	done   []*FenceDone
+	ops    []*Done
 	events chan *Event
 	slow   chan struct{} // Rank waits for it to close, when set
 }
@@ -65,6 +66,20 @@ func (f *fake) Rank(_ context.Context, q *RankQuery) (*RankState, error) {
 }
 
 func (f *fake) Stop(context.Context, *RankQuery) (*Empty, error) { return &Empty{}, nil }
+
+func (f *fake) Done(_ context.Context, d *Done) (*Empty, error) {
+	f.mu.Lock()
+	f.ops = append(f.ops, d)
+	f.mu.Unlock()
+	return &Empty{}, nil
+}
+
+func (f *fake) Modex(_ context.Context, p *Proc) (*ModexData, error) {
+	if p.Rank < 0 {
+		return nil, errors.New("no such rank")
+	}
+	return &ModexData{Data: []byte(p.Nspace)}, nil
+}
 
 // pair serves f on one end of a socket pair and returns a client on the
 // other, closed at the test's end.
@@ -148,6 +163,31 @@ func TestBridge(t *testing.T) {
 	}
 	if err := c.Stop(ctx, "gorun.j.0"); err != nil {
 		t.Error(err)
+	}
+	// Dynamic processes: a spawn's event carries its programs; Done
+	// completes it, and Modex fetches a rank's data.
+	f.events <- &Event{Kind: EventSpawn, Nspace: "gorun.j.0", ID: 9, Rank: 1, Spawn: []SpawnApp{{Cmd: "./c", Argv: []string{"./c", "x y"},
+		Env: []string{"OMPI_PARENT_PORT=p"}, MaxProcs: 2, Info: []KV{{Key: "pmix.wdir", Value: "/tmp"}}}},
+		Info: []KV{{Key: "pmix.mapby", Value: "\x01PMIX_DATA_ARRAY"}}}
+	ectx, ecancel = context.WithCancel(ctx)
+	go c.Events(ectx, func(e *Event) { got <- e })
+	if e := <-got; e.Kind != EventSpawn || len(e.Spawn) != 1 || e.Spawn[0].Argv[1] != "x y" || e.Spawn[0].MaxProcs != 2 || e.Spawn[0].Info[0].Value != "/tmp" {
+		t.Errorf("spawn event: %+v", e)
+	} else if typ, ok := e.Info[0].Unconvertible(); !ok || typ != "PMIX_DATA_ARRAY" {
+		t.Errorf("an unconvertible value reads as %q, %v", typ, ok)
+	}
+	ecancel()
+	if err := c.Done(ctx, &Done{ID: 9, Kind: EventSpawn, Nspace: "gorun.j.0.1"}); err != nil || len(f.ops) != 1 || f.ops[0].Nspace != "gorun.j.0.1" {
+		t.Errorf("done: %v, %+v", err, f.ops)
+	}
+	if data, err := c.Modex(ctx, Proc{Nspace: "gorun.j.0.1", Rank: 1}); err != nil || string(data) != "gorun.j.0.1" {
+		t.Errorf("modex: %q, %v", data, err)
+	}
+	if _, err := c.Modex(ctx, Proc{Nspace: "n", Rank: Wildcard}); err == nil {
+		t.Error("a failing Modex returned no error")
+	}
+	if b, ok := Bytes("\x0200ff10"); !ok || !bytes.Equal(b, []byte{0, 0xff, 0x10}) {
+		t.Errorf("Bytes: %x, %v", b, ok)
 	}
 	if err := c.call(ctx, "Nope", &Empty{}, &Empty{}); err == nil || !strings.Contains(err.Error(), `no method "Nope"`) {
 		t.Errorf("an unknown method: %v", err)

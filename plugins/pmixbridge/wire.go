@@ -127,6 +127,10 @@ func dispatch(ctx context.Context, impl Server, f *frame) *frame {
 		out, err = handle(ctx, f.Body, impl.Rank)
 	case "Stop":
 		out, err = handle(ctx, f.Body, impl.Stop)
+	case "Done":
+		out, err = handle(ctx, f.Body, impl.Done)
+	case "Modex":
+		out, err = handle(ctx, f.Body, impl.Modex)
 	default:
 		err = fmt.Errorf("no method %q", f.Method)
 	}
@@ -338,9 +342,21 @@ func (c *Client) Rank(ctx context.Context, nspace string, rank int) (*RankState,
 	return out, c.call(ctx, "Rank", &RankQuery{Nspace: nspace, Rank: rank}, out)
 }
 
-// Stop forgets a generation.
+// Stop forgets a generation (or a spawned job).
 func (c *Client) Stop(ctx context.Context, nspace string) error {
 	return c.call(ctx, "Stop", &RankQuery{Nspace: nspace}, new(Empty))
+}
+
+// Done completes a request event.
+func (c *Client) Done(ctx context.Context, d *Done) error {
+	return c.call(ctx, "Done", d, new(Empty))
+}
+
+// Modex asks for the data of a process that runs on the plugin's host.
+func (c *Client) Modex(ctx context.Context, p Proc) ([]byte, error) {
+	out := new(ModexData)
+	err := c.call(ctx, "Modex", &p, out)
+	return out.Data, err
 }
 
 // Events calls on for each event, in the order the plugin sent them,
