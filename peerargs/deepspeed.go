@@ -3,7 +3,9 @@ package peerargs
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // deepspeed takes its options with two dashes (and -H, -i, -e), spelled
@@ -15,6 +17,8 @@ import (
 // deepspeedState is what deepspeed's options said.
 type deepspeedState struct {
 	noPython, module, noLocalRank bool
+	hostfile, filter              string // -H FILE; --include or --exclude as typed
+	numNodes                      string // --num_nodes N
 }
 
 // wayDSElastic is the refusal of DeepSpeed's elastic training.
@@ -23,11 +27,18 @@ const wayDSElastic = "gorun's elastic launch is per node: gorun --nnodes MIN:MAX
 // deepspeedFlags are the flags of DeepSpeed's deepspeed launcher
 // (deepspeed/launcher/runner.py).
 var deepspeedFlags = []option{
-	{names: []string{"H", "hostfile"}, nargs: 1, do: as("--hostfile")},
-	{names: []string{"i", "include"}, nargs: 1, do: as("--include")},
-	{names: []string{"e", "exclude"}, nargs: 1, do: as("--exclude")},
+	{names: []string{"H", "hostfile"}, nargs: 1, do: func(p *parser, _ string, v []string) error {
+		p.ds.hostfile = v[0]
+		p.emit("--hostfile", v[0])
+		return nil
+	}},
+	{names: []string{"i", "include"}, nargs: 1, do: dsFilter("--include")},
+	{names: []string{"e", "exclude"}, nargs: 1, do: dsFilter("--exclude")},
 	{names: []string{"num-gpus", "num-accelerators"}, nargs: 1, do: as("--npernode")}, // local ranks 0..N-1 use GPUs 0..N-1
-	{names: []string{"num-nodes"}, nargs: 1, do: refused("name the hosts to use: --include h1@h2 (or list them in the hostfile)")},
+	{names: []string{"num-nodes"}, nargs: 1, do: func(p *parser, _ string, v []string) error {
+		p.ds.numNodes = v[0]
+		return nil
+	}},
 	{names: []string{"master-port"}, nargs: 1, do: func(p *parser, _ string, v []string) error {
 		p.emit("-x", "MASTER_PORT="+v[0])
 		return nil
@@ -62,6 +73,58 @@ var deepspeedFlags = []option{
 	{names: []string{"h", "help"}, do: as("--help")},
 }
 
+// dsFilter returns the action of --include and --exclude: gorun's.
+func dsFilter(gorunFlag string) func(*parser, string, []string) error {
+	return func(p *parser, typed string, v []string) error {
+		p.ds.filter = typed
+		p.emit(gorunFlag, v[0])
+		return nil
+	}
+}
+
+// dsHostfile is DeepSpeed's hostfile where -H gives none.
+const dsHostfile = "/job/hostfile"
+
+// numNodes takes --num_nodes N: the first N hosts of the hostfile, as
+// DeepSpeed's runner takes them (--include h1@h2).
+func (p *parser) numNodes() error {
+	s := &p.ds
+	n, err := strconv.Atoi(s.numNodes)
+	if err != nil || n < 1 {
+		return fmt.Errorf("--num_nodes %s: want a number of hosts from 1", s.numNodes)
+	}
+	if s.filter != "" {
+		return fmt.Errorf("--num_nodes %s with %s: give one (--include h1@h2 names the hosts)", s.numNodes, s.filter)
+	}
+	file := s.hostfile
+	if file == "" {
+		file = dsHostfile
+	}
+	var b []byte
+	if p.o.ReadFile != nil {
+		b, err = p.o.ReadFile(file)
+	}
+	if p.o.ReadFile == nil || err != nil {
+		if s.hostfile == "" && n == 1 {
+			return nil // this machine alone, as DeepSpeed runs without a hostfile
+		}
+		return fmt.Errorf("--num_nodes %s: the first hosts of the hostfile, and %s cannot be read: give --hostfile FILE, or name the hosts (--include h1@h2)", s.numNodes, file)
+	}
+	var hosts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") || slices.Contains(hosts, f[0]) {
+			continue
+		}
+		hosts = append(hosts, f[0])
+	}
+	if n > len(hosts) {
+		return fmt.Errorf("--num_nodes %d: %s lists %d host(s): give at most that many, or list more", n, file, len(hosts))
+	}
+	p.emit("--include", strings.Join(hosts[:n], "@"))
+	return nil
+}
+
 // dsLauncher takes deepspeed's --launcher: gorun starts the ranks of
 // other hosts itself, over SSH (pdsh, openmpi, mpich, mvapich, impi), or
 // through srun inside Slurm.
@@ -84,6 +147,11 @@ func (p *parser) deepspeed(rest []string) error {
 	s := &p.ds
 	if s.noPython && s.module {
 		return errors.New("--no_python and --module: give one")
+	}
+	if s.numNodes != "" {
+		if err := p.numNodes(); err != nil {
+			return err
+		}
 	}
 	if len(rest) == 0 {
 		return nil // gorun says what is missing

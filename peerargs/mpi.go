@@ -18,6 +18,17 @@ type mpiState struct {
 	appFile, appFlag string // --app FILE, -configfile FILE, and how it was typed
 	defaultHostfile  string // --default-hostfile: used without -H or --hostfile
 	hostsGiven       bool
+	hostfiles        []string // --hostfile FILE as typed
+	fork             bool     // Hydra's -launcher fork: every rank on this machine
+	// app is the program whose options are being read: 0 for the first
+	// (and the job's options), k for the one after the k-th ':'.
+	app int
+	// appHosts and appNP are each program's -H (-host) and -np, by app:
+	// a program after a ':' that names its own hosts (Open MPI's -H in
+	// an app context, Intel MPI's -host in an argument set) places each
+	// program's ranks on its hosts (see perProgramHosts).
+	appHosts map[int][]string
+	appNP    map[int]string
 }
 
 // Ways that several flags' refusals name.
@@ -41,7 +52,7 @@ const (
 
 // mpirunFlags are the flags of Open MPI 4.1's mpirun (mpirun --help all).
 var mpirunFlags = []option{
-	{names: []string{"np", "n", "c"}, nargs: 1, app: true, do: as("-np")},
+	{names: []string{"np", "n", "c"}, nargs: 1, app: true, do: npFlag},
 	{names: []string{"npernode", "N"}, nargs: 1, do: as("--npernode")},
 	{names: []string{"pernode"}, do: asValue("--npernode", "1")},
 	{names: []string{"npersocket"}, nargs: 1, do: func(p *parser, _ string, v []string) error {
@@ -142,7 +153,7 @@ const notePrefix = "ignored: gorun starts no Open MPI daemons; " +
 // and each flag's own -FLAG -h). Its local options (-n, -env, -envlist,
 // -envall, -wdir) are each program's; the others the job's.
 var mpiexecFlags = []option{
-	{names: []string{"n", "np"}, nargs: 1, app: true, do: as("-np")},
+	{names: []string{"n", "np"}, nargs: 1, app: true, do: npFlag},
 	{names: []string{"ppn"}, nargs: 1, do: as("--npernode")},
 	{names: []string{"f", "hostfile", "machinefile", "machine", "machines", "machinelist"}, nargs: 1, do: hostfileFlag},
 	{names: []string{"hosts", "host", "hostlist"}, nargs: 1, do: hosts},
@@ -195,19 +206,35 @@ var mpiexecFlags = []option{
 const GenvallNote = "ranks on this machine inherit gorun's environment already; " +
 	"remote ranks get sshd's environment plus -x exports (name the variables: -x NAME or -genvlist A,B)"
 
-// hosts takes -H and -hosts.
+// hosts takes -H and -hosts: the job's hosts before the first program,
+// that program's own after a ':' (perProgramHosts places them).
 func hosts(p *parser, _ string, v []string) error {
-	if p.dst != &p.out {
-		return fmt.Errorf("-H %s after ':': gorun places every program's ranks on the job's hosts; give them before the first program", v[0])
+	if p.appHosts == nil {
+		p.appHosts = map[int][]string{}
+	}
+	p.appHosts[p.app] = append(p.appHosts[p.app], v[0])
+	if p.app > 0 {
+		return nil
 	}
 	p.hostsGiven = true
-	p.emit("-H", v[0])
+	p.emitMain("-H", v[0])
+	return nil
+}
+
+// npFlag takes -np (-n, -c): the ranks of the program it is given for.
+func npFlag(p *parser, _ string, v []string) error {
+	if p.appNP == nil {
+		p.appNP = map[int]string{}
+	}
+	p.appNP[p.app] = v[0]
+	p.emit("-np", v[0])
 	return nil
 }
 
 // hostfileFlag takes --hostfile and -f.
-func hostfileFlag(p *parser, _ string, v []string) error {
+func hostfileFlag(p *parser, typed string, v []string) error {
 	p.hostsGiven = true
+	p.hostfiles = append(p.hostfiles, typed)
 	p.emit("--hostfile", v[0])
 	return nil
 }
@@ -242,17 +269,30 @@ func hydraEnvList(p *parser, _ string, v []string) error {
 	return nil
 }
 
-// mca turns --mca KEY VALUE into Open MPI's environment variable.
-func mca(p *parser, _ string, v []string) error {
-	p.emit("-x", "OMPI_MCA_"+v[0]+"="+v[1])
+// mca takes --mca NAME VALUE (see MCA): the ranks' parameters become
+// Open MPI's environment variable, the launcher's gorun's flags.
+func mca(p *parser, typed string, v []string) error {
+	args, note, err := MCA(v[0], v[1])
+	if err != nil {
+		return fmt.Errorf("%s: %w", typed, err)
+	}
+	p.emit(args...)
+	if note != "" {
+		p.note("%s: %s", typed, note)
+	}
 	return nil
 }
 
 // hydraLaunchers maps Hydra's launchers to gorun's --launcher.
-var hydraLaunchers = map[string]string{"ssh": "ssh", "rsh": "ssh", "fork": "local", "slurm": "slurm", "pbs": "pbs"}
+var hydraLaunchers = map[string]string{"ssh": "ssh", "rsh": "ssh", "slurm": "slurm", "pbs": "pbs"}
 
-// hydraLauncher takes -launcher ssh|rsh|fork|slurm|pbs.
+// hydraLauncher takes -launcher ssh|rsh|fork|slurm|pbs. fork starts
+// every rank on this machine, whatever hosts -f or -hosts name.
 func hydraLauncher(p *parser, typed string, v []string) error {
+	if v[0] == "fork" {
+		p.fork = true
+		return nil
+	}
 	l, ok := hydraLaunchers[v[0]]
 	if !ok {
 		return fmt.Errorf("%s: gorun starts ranks through ssh, fork (this machine), slurm or pbs", typed)
@@ -407,11 +447,11 @@ func (p *parser) mpi(rest []string) error {
 	}
 	progs := [][]string{segs[0]}
 	var opts [][]string
-	for _, seg := range segs[1:] {
+	for k, seg := range segs[1:] {
 		var local []string
-		p.dst = &local
+		p.dst, p.app = &local, k+1
 		prog, err := p.options(seg)
-		p.dst = &p.out
+		p.dst, p.app = &p.out, 0
 		if err != nil {
 			return err
 		}
@@ -420,6 +460,9 @@ func (p *parser) mpi(rest []string) error {
 	}
 	if len(segs) > 1 && len(segs[0]) == 0 {
 		return errors.New("':' before the first program: give a program before it")
+	}
+	if err := p.placeHosts(opts); err != nil {
+		return err
 	}
 	for _, prog := range progs {
 		if err := nested(prog); err != nil {
@@ -439,6 +482,155 @@ func (p *parser) mpi(rest []string) error {
 		p.emitMain(prog...)
 	}
 	return nil
+}
+
+// placeHosts settles where the ranks go once every program's options
+// are read: Hydra's -launcher fork runs them all here; programs that each
+// name their hosts get them (perProgramHosts); and Open MPI 4.1's mpirun
+// given both -H and --hostfile runs on -H's hosts alone (one slot for each
+// name without :N), as gorun mpirun does.
+func (p *parser) placeHosts(opts [][]string) error {
+	if p.fork {
+		var dropped []string
+		p.out, dropped = dropFlags(p.out, "-H", "--hostfile")
+		if len(dropped) > 0 {
+			p.note("-launcher fork: every rank runs on this machine, as Hydra's fork launcher starts them: %s not used", strings.Join(dropped, " "))
+		}
+		return nil
+	}
+	if err := p.perProgramHosts(opts); err != nil {
+		return err
+	}
+	if p.tool == MPIRun && len(p.appHosts[0]) > 0 && len(p.hostfiles) > 0 {
+		p.out, _ = dropFlags(p.out, "--hostfile")
+		p.note("%s: ignored: -H names the hosts, as Open MPI 4.1 takes them (one slot for each name without :N)", strings.Join(p.hostfiles, ", "))
+	}
+	return nil
+}
+
+// dropFlags removes from args every flag of names with its value (NAME
+// VALUE or NAME=VALUE) and returns them, as NAME VALUE, apart.
+func dropFlags(args []string, names ...string) (kept, dropped []string) {
+	for i := 0; i < len(args); i++ {
+		name, value, eq := strings.Cut(args[i], "=")
+		if !slices.Contains(names, name) {
+			kept = append(kept, args[i])
+			continue
+		}
+		if !eq && i+1 < len(args) {
+			i++
+			value = args[i]
+		}
+		dropped = append(dropped, name+" "+value)
+	}
+	return kept, dropped
+}
+
+// appHost is a host of one program's -H, and how many of its ranks it
+// takes.
+type appHost struct {
+	name string
+	n    int
+}
+
+// perProgramHosts places each program's ranks on its own hosts when a
+// program after a ':' names them (mpirun -H h1 -np 1 a : -H h2,h3 -np 2
+// b; Intel MPI's mpiexec.hydra -n 1 -host h1 a : -n 2 -host h2 b): gorun
+// fills the job's slots in rank order, so each program's ranks, filling
+// its hosts' slots in order (Open MPI), become the job's host list in
+// rank order (-H h1:1,h2:1,h3:1). A program without -np runs one rank
+// per slot of its hosts, and gets its -np written out.
+func (p *parser) perProgramHosts(opts [][]string) error {
+	later := false
+	for k := range opts {
+		later = later || len(p.appHosts[k+1]) > 0
+	}
+	if !later {
+		return nil
+	}
+	flag := "-H"
+	if p.tool == MPIExec {
+		flag = "-host"
+	}
+	var all []appHost
+	for k := 0; k <= len(opts); k++ {
+		if len(p.appHosts[k]) == 0 {
+			return fmt.Errorf("program %d has no %s of its own where others have: give each program its hosts, or give the job's hosts once, before the first program", k+1, flag)
+		}
+		hs, slots, err := parseAppHosts(strings.Join(p.appHosts[k], ","))
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", flag, strings.Join(p.appHosts[k], ","), err)
+		}
+		np := slots
+		if v, ok := p.appNP[k]; ok {
+			if np, err = strconv.Atoi(v); err != nil || np < 1 {
+				return fmt.Errorf("-np %s: want a number of ranks from 1", v)
+			}
+		} else if k == 0 {
+			p.emitMain("-np", strconv.Itoa(np))
+		} else {
+			opts[k-1] = append([]string{"-np", strconv.Itoa(np)}, opts[k-1]...)
+		}
+		rest := np
+		for _, h := range hs {
+			if n := min(h.n, rest); n > 0 {
+				all = append(all, appHost{h.name, n})
+				rest -= n
+			}
+		}
+		if rest > 0 {
+			if p.tool == MPIExec && len(hs) == 1 { // Hydra places as many as it is asked for on the one host
+				all[len(all)-1].n += rest
+			} else {
+				return fmt.Errorf("program %d: -np %d is more than the %d slots of %s %s: give its hosts their counts (%s host:N)", k+1, np, slots, flag, strings.Join(p.appHosts[k], ","), flag)
+			}
+		}
+	}
+	var list []string
+	last := map[string]int{}
+	for i, h := range all {
+		if j, ok := last[h.name]; ok && j != i-1 {
+			return fmt.Errorf("%s runs ranks of programs that are not next to each other in rank order, and gorun places a host's ranks together: list the programs so that each host's come together, or place every rank with --rankfile FILE", h.name)
+		}
+		last[h.name] = i
+		if n := len(list); n > 0 && strings.HasPrefix(list[n-1], h.name+":") {
+			k, _ := strconv.Atoi(strings.TrimPrefix(list[n-1], h.name+":"))
+			list[n-1] = h.name + ":" + strconv.Itoa(k+h.n)
+			continue
+		}
+		list = append(list, h.name+":"+strconv.Itoa(h.n))
+	}
+	p.out, _ = dropFlags(p.out, "-H")
+	p.emitMain("-H", strings.Join(list, ","))
+	p.hostsGiven = true
+	return nil
+}
+
+// parseAppHosts reads a program's host list, NAME or NAME:N items (a name
+// given twice counts twice, as Open MPI's -H aa,aa,bb), in the order of
+// their first mention, and returns them with their slots in all.
+func parseAppHosts(s string) (hs []appHost, slots int, err error) {
+	at := map[string]int{}
+	for _, item := range strings.Split(s, ",") {
+		name, count, hasCount := strings.Cut(item, ":")
+		n := 1
+		if hasCount {
+			if n, err = strconv.Atoi(count); err != nil || n < 1 {
+				return nil, 0, fmt.Errorf("%q: want HOST or HOST:N (a program's own hosts take no other form)", item)
+			}
+		}
+		if name == "" || strings.ContainsAny(name, "[]:") {
+			return nil, 0, fmt.Errorf("%q: want HOST or HOST:N (a program's own hosts take no other form)", item)
+		}
+		if i, ok := at[name]; ok {
+			hs[i].n += n
+		} else {
+			at[name] = len(hs)
+			hs = append(hs, appHost{name, n})
+		}
+		slots += n
+	}
+	return hs, slots, nil
 }
 
 // splitApps splits a command line at its ':' arguments.

@@ -64,7 +64,8 @@ func Named(name string) (Tool, bool) {
 // Modules are the Python modules whose `python -m MODULE` is a tool's
 // command: python -m torch.distributed.run is torchrun.
 var Modules = map[string]Tool{
-	"torch.distributed.run": TorchRun,
+	"torch.distributed.run":    TorchRun,
+	"torch.distributed.launch": TorchRun, // torchrun's predecessor: see Options.Module
 }
 
 // Options is what a translation needs to know of gorun.
@@ -79,6 +80,11 @@ type Options struct {
 	// run under (they run them under their own Python); "" is python3,
 	// looked up in the PATH of each rank's host.
 	Python string
+	// Module is the Python module whose command line this is (python -m
+	// MODULE), "" for the tool's own command. torch.distributed.launch
+	// is torchrun's, except that it passes each rank --local_rank=N
+	// after the script unless --use-env (--use_env) says not to.
+	Module string
 	// ReadFile reads a file the command line names for its contents:
 	// Open MPI's --app FILE and Hydra's -configfile FILE. nil: such a
 	// file is refused.
@@ -446,10 +452,13 @@ func nested(prog []string) error {
 	if !ok {
 		return nil
 	}
-	args := prog[1:]
-	if t == TorchRun && len(prog) >= 3 && isPython(filepath.Base(prog[0])) {
-		args = prog[3:]
+	way := "gorun " + string(t) + " " + strings.Join(prog[1:], " ")
+	if len(prog) >= 3 && isPython(filepath.Base(prog[0])) && prog[1] == "-m" {
+		way = "gorun " + string(t) + " " + strings.Join(prog[3:], " ")
+		if prog[2] != "torch.distributed.run" { // torch.distributed.launch: its own contract
+			way = "gorun " + strings.Join(prog, " ")
+		}
 	}
-	return fmt.Errorf("the program %s is a launcher itself, and every rank would start a job of its own: give its command line to gorun (gorun %s %s)",
-		prog[0], t, strings.Join(args, " "))
+	return fmt.Errorf("the program %s is a launcher itself, and every rank would start a job of its own: give its command line to gorun (%s)",
+		prog[0], way)
 }

@@ -21,6 +21,7 @@ var gorunFlags = map[string]bool{
 type translateCase struct {
 	line   int
 	python string
+	module string
 	tool   Tool
 	args   []string
 	want   string // gorun's arguments, joined by blanks
@@ -48,6 +49,9 @@ func readCases(t *testing.T) []translateCase {
 			if p, ok := strings.CutPrefix(f[0], "python="); ok {
 				c.python, f = p, f[1:]
 			}
+			if m, ok := strings.CutPrefix(f[0], "module="); ok {
+				c.module, f = m, f[1:]
+			}
 			c.tool, c.args = Tool(f[0]), f[1:]
 		case strings.HasPrefix(l, "=> "):
 			c.want = strings.TrimPrefix(l, "=> ")
@@ -70,7 +74,7 @@ func TestTranslate(t *testing.T) {
 		t.Fatalf("read %d cases from testdata/translate.txt", len(cases))
 	}
 	for _, c := range cases {
-		got, err := Translate(c.tool, c.args, Options{Gorun: gorunFlags, Python: c.python})
+		got, err := Translate(c.tool, c.args, Options{Gorun: gorunFlags, Python: c.python, Module: c.module})
 		where := fmt.Sprintf("testdata/translate.txt:%d", c.line)
 		if c.err != "" {
 			if err == nil || err.Error() != c.err {
@@ -195,6 +199,44 @@ func TestTranslateAppFile(t *testing.T) {
 	}
 }
 
+// Files that a command line names for their hosts: Intel MPI's
+// -configfile with a -host on each line places each line's ranks there;
+// DeepSpeed's --num_nodes N takes the first N hosts of the hostfile.
+func TestTranslateHostFiles(t *testing.T) {
+	files := map[string]string{"intel": "-n 1 -host h1 ./io\n-n 2 -host h2 ./compute\n",
+		"ds3": "h1 slots=2\n# a comment\nh2 slots=2\nh3 slots=2\n"}
+	read := func(name string) ([]byte, error) {
+		if b, ok := files[name]; ok {
+			return []byte(b), nil
+		}
+		return nil, fmt.Errorf("open %s: no such file", name)
+	}
+	o := Options{Gorun: gorunFlags, ReadFile: read}
+	for _, tt := range []struct {
+		tool      Tool
+		args      []string
+		want, err string
+	}{
+		{MPIExec, []string{"-configfile", "intel"}, "--oversubscribe -np 1 -H h1:1,h2:2 ./io : -np 2 ./compute", ""},
+		{DeepSpeed, []string{"--hostfile=ds3", "--num_nodes=2", "--no_local_rank", "train.py"}, "--hostfile ds3 --include h1@h2 python3 -u train.py", ""},
+		{DeepSpeed, []string{"--num_nodes", "1", "--no_local_rank", "train.py"}, "python3 -u train.py", ""},
+		{DeepSpeed, []string{"-H", "ds3", "--num_nodes", "4", "train.py"}, "", "deepspeed: --num_nodes 4: ds3 lists 3 host(s): give at most that many, or list more"},
+		{DeepSpeed, []string{"-H", "ds3", "--num_nodes", "2", "--include", "h2", "train.py"}, "", "deepspeed: --num_nodes 2 with --include h2: give one (--include h1@h2 names the hosts)"},
+		{DeepSpeed, []string{"--num_nodes", "2", "train.py"}, "", "deepspeed: --num_nodes 2: the first hosts of the hostfile, and /job/hostfile cannot be read: give --hostfile FILE, or name the hosts (--include h1@h2)"},
+	} {
+		got, err := Translate(tt.tool, tt.args, o)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("%s %q: error %v, want %q", tt.tool, tt.args, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || strings.Join(got.Args, " ") != tt.want {
+			t.Errorf("%s %q = %q, %v; want %q", tt.tool, tt.args, got.Args, err, tt.want)
+		}
+	}
+}
+
 // Owners names the tools that have a flag (torchrun's abbreviations too:
 // its --np is --nproc-per-node); LauncherProgram knows a launcher run as the program.
 func TestOwnersAndLaunchers(t *testing.T) {
@@ -209,7 +251,8 @@ func TestOwnersAndLaunchers(t *testing.T) {
 		}
 	}
 	for _, argv := range [][]string{{"mpirun"}, {"/usr/bin/mpiexec.hydra", "-n", "2"}, {"mpirun.openmpi"}, {"mpiexec.mpich"},
-		{"python3", "-m", "torch.distributed.run"}, {"/usr/bin/python3.11", "-m", "torch.distributed.run", "x.py"}, {"deepspeed"}} {
+		{"python3", "-m", "torch.distributed.run"}, {"/usr/bin/python3.11", "-m", "torch.distributed.run", "x.py"}, {"deepspeed"},
+		{"python", "-m", "torch.distributed.launch", "--use-env", "x.py"}} {
 		if _, ok := LauncherProgram(argv); !ok {
 			t.Errorf("LauncherProgram(%q): not a launcher", argv)
 		}

@@ -21,7 +21,7 @@ type torchState struct {
 	masterAddr, masterPort  string
 	standalone              bool
 	noPython, module        bool
-	runPath                 bool
+	runPath, useEnv         bool
 	joinTimeout, lastCall   string // gorun durations
 	ignoredConf, nodeRankAt []string
 	logs                    []string // --log-dir, --redirects, --tee, --local-ranks-filter: gorun's, as given
@@ -88,7 +88,7 @@ var torchrunFlags = []option{
 	{names: []string{"no-python"}, do: on(func(s *torchState) *bool { return &s.noPython })},
 	{names: []string{"m", "module"}, do: on(func(s *torchState) *bool { return &s.module })},
 	{names: []string{"run-path"}, do: on(func(s *torchState) *bool { return &s.runPath })},
-	{names: []string{"use-env"}, do: nothing}, // every rank finds LOCAL_RANK in its environment
+	{names: []string{"use-env"}, do: on(func(s *torchState) *bool { return &s.useEnv })}, // every rank finds LOCAL_RANK in its environment
 	{names: []string{"local-addr"}, nargs: 1, do: noted("ignored: gorun finds the address the other nodes reach this one at (--iface NAME chooses)")},
 	{names: []string{"logs-specs"}, nargs: 1, do: refused("gorun writes torchrun's default logs: --log-dir DIR with --redirects and --tee")},
 	{names: []string{"numa-binding"}, nargs: 1, do: numaBinding},
@@ -311,10 +311,20 @@ func (p *parser) torchProgram(rest []string) error {
 	if python == "" {
 		python = "python3"
 	}
-	p.emit(python, "-u")
+	prog := []string{python, "-u"}
 	if s.module {
-		p.emit("-m")
+		prog = append(prog, "-m")
 	}
+	if p.o.Module == "torch.distributed.launch" && !s.useEnv {
+		// launch.py's contract: --local_rank=N after the script, from
+		// each rank's environment (DeepSpeed's wrapper).
+		prog = append(prog, rest[0])
+		p.emit("sh", "-c", DSWrapper, "sh", strconv.Itoa(len(prog)))
+		p.emit(prog...)
+		p.emit(rest[1:]...)
+		return nil
+	}
+	p.emit(prog...)
 	p.emit(rest...)
 	return nil
 }

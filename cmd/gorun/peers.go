@@ -19,8 +19,14 @@ import (
 type peerFlag struct {
 	names []string // spellings, without dashes ('_' is looked up as '-')
 	nargs int      // values it takes
+	// optional, for a flag of nargs 0, are the values it may take as
+	// the next argument (srun --mpi pmi2); --flag=VALUE takes any.
+	optional []string
 	// gorun returns the gorun arguments it becomes; nil means refused.
 	gorun func(vals []string) []string
+	// do, where set in gorun's place, returns the gorun arguments, a
+	// note, or the refusal that names the way.
+	do func(vals []string) (args []string, note string, err error)
 	// hint is the refusal's text: the gorun way ({} is the value).
 	hint string
 	// note, if any, is printed on stderr when the flag is accepted.
@@ -55,7 +61,7 @@ const genvallNote = "-genvall: " + peerargs.GenvallNote
 var peerFlags = []peerFlag{
 	// Open MPI's mpirun.
 	{names: []string{"wd", "cwd"}, nargs: 1, gorun: as("--wdir")},
-	{names: []string{"mca"}, nargs: 2, gorun: exports("OMPI_MCA_")},
+	{names: []string{"mca"}, nargs: 2, do: func(v []string) ([]string, string, error) { return peerargs.MCA(v[0], v[1]) }},
 	// MPICH's Hydra mpiexec.
 	{names: []string{"f"}, nargs: 1, gorun: as("--hostfile")},
 	{names: []string{"ppn"}, nargs: 1, gorun: as("--npernode")},
@@ -70,6 +76,40 @@ var peerFlags = []peerFlag{
 	{names: []string{"standalone"}, hint: "a job on one host needs no rendezvous: drop it"},
 	{names: []string{"master-addr"}, nargs: 1, hint: "gorun sets MASTER_ADDR to rank 0's host (--iface picks the interface; -x MASTER_ADDR={} forces it)"},
 	{names: []string{"master-port"}, nargs: 1, hint: "gorun picks a free MASTER_PORT (-x MASTER_PORT={} forces it)"},
+	// Slurm's srun, for gorun in a batch script where srun was.
+	{names: []string{"mpi"}, optional: []string{"none", "pmi1", "pmi2", "pmix", "pmix_v2", "pmix_v3", "pmix_v4", "pmix_v5", "cray_shasta"},
+		do: func([]string) ([]string, string, error) {
+			return nil, "ignored: gorun serves PMI-1, PMI-2 and PMIx to the ranks itself, as each program needs", nil
+		}},
+	{names: []string{"cpu-bind"}, nargs: 1, do: srunCPUBind},
+	{names: []string{"ntasks-per-node"}, nargs: 1, gorun: as("--npernode")},
+	{names: []string{"ntasks"}, nargs: 1, gorun: as("-np")},
+	{names: []string{"cpus-per-task"}, nargs: 1, gorun: as("--cpus-per-rank")},
+	{names: []string{"label"}, gorun: as("--tag-output")},
+}
+
+// srunCPUBind reads srun's --cpu-bind=[verbose,]TYPE as gorun's
+// --bind-to (and --report-bindings for verbose).
+func srunCPUBind(v []string) ([]string, string, error) {
+	var out []string
+	for _, t := range strings.Split(v[0], ",") {
+		switch t {
+		case "verbose", "v":
+			out = append(out, "--report-bindings")
+		case "quiet", "q":
+		case "none", "no":
+			out = append(out, "--bind-to", "none")
+		case "cores", "core", "threads", "thread":
+			out = append(out, "--bind-to", "core")
+		case "sockets", "socket":
+			out = append(out, "--bind-to", "package")
+		case "ldoms", "ldom", "rank_ldom":
+			out = append(out, "--bind-to", "numa")
+		default:
+			return nil, "", fmt.Errorf("%s: gorun binds each rank to cores, NUMA nodes or packages (--bind-to core, numa or package); to place every rank on CPUs of your choosing, give a --rankfile FILE", t)
+		}
+	}
+	return out, "", nil
 }
 
 // peerFlagNamed returns the peer flag spelled name, if any.
@@ -131,6 +171,24 @@ func rewriteArgs(args []string) (out, notes []string, err error) {
 			}
 		}
 		if takesValue, ok := known[name]; ok {
+			if name == "map-by" {
+				// Open MPI's modifiers (--map-by slot:PE=2): gorun's flags.
+				v := value
+				if !hasValue && i+1 < len(args) {
+					i++
+					v = args[i]
+				}
+				if !strings.Contains(v, ":") || strings.HasPrefix(v, "ppr:") && strings.Count(v, ":") == 2 && !strings.Contains(v, "socket") {
+					out = append(out, "--map-by", v)
+					continue
+				}
+				m, err := peerargs.MapBy(v)
+				if err != nil {
+					return nil, nil, err
+				}
+				out = append(out, m...)
+				continue
+			}
 			out = append(out, a)
 			if takesValue && !hasValue && i+1 < len(args) {
 				i++
@@ -145,12 +203,29 @@ func rewriteArgs(args []string) (out, notes []string, err error) {
 		var vals []string
 		if hasValue {
 			vals = append(vals, value)
+		} else if i+1 < len(args) && slices.Contains(p.optional, args[i+1]) {
+			i++
+			vals = append(vals, args[i])
 		}
 		for len(vals) < p.nargs && i+1 < len(args) {
 			i++
 			vals = append(vals, args[i])
 		}
 		typed := strings.Join(append([]string{strings.SplitN(a, "=", 2)[0]}, vals...), " ")
+		if p.do != nil {
+			if len(vals) < p.nargs {
+				return nil, nil, fmt.Errorf("%s: takes %s", typed, []string{"no value", "a value", "two values (NAME VALUE)"}[p.nargs])
+			}
+			args, note, err := p.do(vals)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", typed, err)
+			}
+			out = append(out, args...)
+			if note != "" {
+				notes = append(notes, typed+": "+note)
+			}
+			continue
+		}
 		if p.gorun == nil {
 			return nil, nil, fmt.Errorf("%s: %s", typed, strings.ReplaceAll(p.hint, "{}", strings.Join(vals, " ")))
 		}

@@ -120,6 +120,12 @@ func TestPeerAndUnknownFlagsRefused(t *testing.T) {
 		{args: []string{"-np", "2", "mpirun", "-np", "4", "./a"}, want: "usage: the program mpirun is a launcher: each of the 2 ranks would start a job of its own; run gorun mpirun -np 4 ./a (gorun reads mpirun's command line)", bare: true},
 		{args: []string{"mpiexec.mpich", "-n", "2", "./a"}, want: "usage: the program mpiexec.mpich is a launcher: every rank would start a job of its own; run gorun mpiexec -n 2 ./a (gorun reads mpiexec's command line)", bare: true},
 		{args: []string{"-np"}, want: "flag needs an argument: -np", bare: true},
+		// Open MPI's launcher's parameters that gorun has no way for,
+		// and srun's binding to CPU lists: refused with the way.
+		{args: []string{"-mca", "rmaps", "seq", "-np", "1"}, want: "-mca rmaps seq: gorun has no sequential mapper: list the hosts in rank order with one slot each (-H h1:1,h2:1,h3:1), or place every rank with --rankfile FILE"},
+		{args: []string{"--mca", "plm_rsh_agent", "rsh"}, want: "--mca plm_rsh_agent rsh: gorun reaches hosts through its own SSH client, which reads ~/.ssh/config (--ssh-config FILE, --ssh-port PORT, -i KEY)"},
+		{args: []string{"--cpu-bind=map_cpu:0,1", "-np", "1"}, want: "--cpu-bind map_cpu:0,1: map_cpu:0: gorun binds each rank to cores, NUMA nodes or packages (--bind-to core, numa or package); to place every rank on CPUs of your choosing, give a --rankfile FILE"},
+		{args: []string{"--map-by", "slot:SPAN", "-np", "1"}, want: "--map-by slot:SPAN: SPAN: gorun maps each host on its own: give the count per host (--map-by ppr:N:node)"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -175,6 +181,20 @@ func TestRewriteArgs(t *testing.T) {
 		{"gorun -- -genv A 1", "gorun -- -genv A 1"},
 		{"gorun bench allreduce --iters 3", "gorun bench allreduce --iters 3"},
 		{"gorun -genvall -np 1 prog", "gorun -np 1 prog"},
+		// Open MPI's launcher's own MCA parameters, and its --map-by
+		// modifiers, as gorun mpirun takes them.
+		{"gorun -mca plm_rsh_args -p2222 --mca pml ob1 prog", "gorun --ssh-port 2222 -x OMPI_MCA_pml=ob1 prog"},
+		{"gorun --mca plm_base_verbose 5 prog", "gorun prog"},
+		{"gorun --map-by slot:PE=2 -np 1 prog", "gorun --map-by slot --cpus-per-rank 2 -np 1 prog"},
+		{"gorun --map-by=ppr:2:socket prog", "gorun --map-by ppr:2:package prog"},
+		{"gorun --map-by ppr:2:node --map-by=node prog", "gorun --map-by ppr:2:node --map-by node prog"},
+		// srun's, where a batch script had srun.
+		{"gorun --mpi=pmi2 prog", "gorun prog"},
+		{"gorun --mpi pmix -np 2 prog", "gorun -np 2 prog"},
+		{"gorun --mpi -np 2 prog", "gorun -np 2 prog"}, // horovodrun's switch: no value taken
+		{"gorun --cpu-bind=verbose,cores --ntasks 2 --ntasks-per-node 1 --cpus-per-task 2 --label prog",
+			"gorun --report-bindings --bind-to core -np 2 --npernode 1 --cpus-per-rank 2 --tag-output prog"},
+		{"gorun --cpu-bind=sockets prog", "gorun --bind-to package prog"},
 	}
 	for _, tt := range tests {
 		got, _, err := rewriteArgs(strings.Fields(tt.in))
@@ -184,6 +204,20 @@ func TestRewriteArgs(t *testing.T) {
 		}
 		if g := strings.Join(got, " "); g != tt.want {
 			t.Errorf("%s:\ngot  %s\nwant %s", tt.in, g, tt.want)
+		}
+	}
+}
+
+// What changes nothing is taken with a note that says why.
+func TestRewriteArgsNotes(t *testing.T) {
+	for in, want := range map[string]string{
+		"gorun --mpi=pmi2 prog":                 "--mpi pmi2: ignored: gorun serves PMI-1, PMI-2 and PMIx to the ranks itself, as each program needs",
+		"gorun --mca plm_base_verbose 5 prog":   "--mca plm_base_verbose 5: ignored: a parameter of Open MPI's launcher (mpirun and its orted daemons), which gorun replaces; the ranks do not read it",
+		"gorun -mca orte_tmpdir_base /tmp prog": "-mca orte_tmpdir_base /tmp: ignored: a parameter of Open MPI's launcher (mpirun and its orted daemons), which gorun replaces; the ranks do not read it",
+	} {
+		_, notes, err := rewriteArgs(strings.Fields(in))
+		if err != nil || len(notes) != 1 || notes[0] != want {
+			t.Errorf("%s: notes %q, %v; want %q", in, notes, err, want)
 		}
 	}
 }

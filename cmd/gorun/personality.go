@@ -28,19 +28,19 @@ import (
 // and DeepSpeed's programs run under pythonFor's interpreter.
 func personality(args []string) (out, notes []string, tool peerargs.Tool, err error) {
 	rest := args[1:]
-	python := ""
+	python, module := "", ""
 	tool, ok := peerargs.Named(filepath.Base(args[0]))
 	if !ok && len(args) > 1 {
 		if tool, ok = peerargs.Named(args[1]); ok {
 			rest = args[2:]
 		} else if t, py, ok2 := pythonModule(args[1:]); ok2 {
-			tool, ok, python, rest = t, true, py, args[4:]
+			tool, ok, python, module, rest = t, true, py, args[3], args[4:]
 		}
 	}
 	if !ok {
 		return args, nil, "", nil
 	}
-	o := peerargs.Options{Gorun: mainFlags(), ReadFile: os.ReadFile}
+	o := peerargs.Options{Gorun: mainFlags(), ReadFile: os.ReadFile, Module: module}
 	var why string
 	if tool == peerargs.TorchRun || tool == peerargs.DeepSpeed {
 		o.Python, why = pythonFor(python, string(tool))
@@ -62,7 +62,8 @@ func personality(args []string) (out, notes []string, tool peerargs.Tool, err er
 var pythonName = regexp.MustCompile(`^python[0-9.]*$`)
 
 // pythonModule recognises `python -m MODULE` as a launcher's command
-// (python -m torch.distributed.run is torchrun): args are the command,
+// (python -m torch.distributed.run is torchrun, and so is its
+// predecessor torch.distributed.launch): args are the command,
 // the interpreter first. python is the interpreter as given.
 func pythonModule(args []string) (tool peerargs.Tool, python string, ok bool) {
 	if len(args) < 3 || !pythonName.MatchString(filepath.Base(args[0])) || args[1] != "-m" {
@@ -156,6 +157,9 @@ func launcherProgram(argv []string, np int) (note string, err error) {
 		return "", nil
 	}
 	way := "gorun " + string(tool) + " " + strings.Join(argv[1:], " ")
+	if _, _, ok := pythonModule(argv); ok {
+		way = "gorun " + strings.Join(argv, " ") // gorun python3 -m torch.distributed.run ...
+	}
 	if tool == peerargs.MPIRun || tool == peerargs.MPIExec {
 		ranks := "every rank"
 		if np > 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/peerargs"
 )
 
 // An MPICH program under gorun mpiexec, with Hydra's flags: -ppn 2 over
@@ -27,6 +28,55 @@ func TestPersonalityMPICH(t *testing.T) {
 		if !regexp.MustCompile(re).MatchString(r.stderr) {
 			t.Errorf("the map on stderr does not match %s:\n%s", re, r.stderr)
 		}
+	}
+}
+
+// Programs that each name their hosts, as Intel MPI's MPMD form and Open
+// MPI's app contexts do, run there: rank 0 on the first's, ranks 1-2 on
+// the second's (gorun's --display-map shows it).
+func TestPersonalityPerProgramHosts(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"mpiexec", "--display-map", "-n", "1", "-host", "127.0.0.1", "true", ":", "-n", "2", "-host", "localhost", "true"},
+		{"mpirun", "--display-map", "-H", "127.0.0.1", "-np", "1", "true", ":", "-H", "localhost:2", "true"},
+	} {
+		r := runGorun(t, 60*time.Second, nil, args...)
+		if r.code != 0 {
+			t.Fatalf("%q: exit %d\n%s", args, r.code, r.stderr)
+		}
+		for _, re := range []string{`(?m)^\s+0\s+127\.0\.0\.1\s+1\s+0$`, `(?m)^\s+1\s+localhost\s+2\s+1-2$`} {
+			if !regexp.MustCompile(re).MatchString(r.stderr) {
+				t.Errorf("%q: the map on stderr does not match %s:\n%s", args, re, r.stderr)
+			}
+		}
+	}
+}
+
+// python3 -m torch.distributed.launch is torchrun's personality with
+// launch.py's contract: each rank gets --local_rank=N after the script,
+// unless --use-env. A launcher run as the program is named by the command
+// that runs the job itself.
+func TestPersonalityTorchLaunch(t *testing.T) {
+	dir := t.TempDir()
+	python := filepath.Join(dir, "python3") // a Python that has torch: it answers the check
+	if err := os.WriteFile(python, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, _, tool, err := personality([]string{"gorun", python, "-m", "torch.distributed.launch", "--nproc_per_node", "2", "train.py", "--lr", "1"})
+	if err != nil || tool != "torchrun" {
+		t.Fatalf("personality: %q, %v", tool, err)
+	}
+	want := []string{"-np", "2", "sh", "-c", peerargs.DSWrapper, "sh", "3", python, "-u", "train.py", "--lr", "1"}
+	if !slices.Equal(out[1:], want) {
+		t.Errorf("personality: %q, want %q", out[1:], want)
+	}
+	out, _, _, err = personality([]string{"gorun", python, "-m", "torch.distributed.launch", "--use-env", "--nproc_per_node", "2", "train.py"})
+	if err != nil || strings.Join(out[1:], " ") != "-np 2 "+python+" -u train.py" {
+		t.Errorf("personality with --use-env: %q, %v", out, err)
+	}
+	note, err := launcherProgram([]string{"python3", "-m", "torch.distributed.run", "--nproc_per_node", "2", "x.py"}, 2)
+	if err != nil || !strings.Contains(note, "gorun python3 -m torch.distributed.run --nproc_per_node 2 x.py runs the job itself") {
+		t.Errorf("launcherProgram: %q, %v", note, err)
 	}
 }
 
@@ -147,7 +197,7 @@ func TestPersonalityRefused(t *testing.T) {
 		{append([]string{"mpirun", "-np", "1", "-foo"}, prog...), "gorun mpirun: unknown flag -foo"},
 		{append([]string{"mpirun", "-np", "1", "-genv", "A", "1"}, prog...), "gorun mpirun: unknown flag -genv"},
 		{append(append([]string{"mpirun", "-np", "1"}, prog...), ":", "-np", "1", "-H", "a", "true"),
-			"gorun mpirun: -H a after ':': gorun places every program's ranks on the job's hosts; give them before the first program"},
+			"gorun mpirun: program 1 has no -H of its own where others have: give each program its hosts, or give the job's hosts once, before the first program"},
 		{append([]string{"mpiexec", "-n", "1", "-configfile", "cfg"}, prog...), "gorun mpiexec: -configfile cfg and the program sh: give one"},
 		{append([]string{"mpirun", "-np", "1", "--tag-outptu"}, prog...), "gorun mpirun: unknown flag --tag-outptu (did you mean --tag-output?)"},
 		{append([]string{"mpirun", "-np", "2", "mpirun"}, prog...), "gorun mpirun: the program mpirun is a launcher itself, and every rank would start a job of its own: give its command line to gorun (gorun mpirun sh -c touch " + marker + ")"},
