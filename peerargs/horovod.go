@@ -2,6 +2,7 @@ package peerargs
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -140,7 +141,8 @@ func mpiArgs(p *parser, typed string, v []string) error {
 }
 
 // horovodrun writes out horovodrun's program, as its MPI mode's mpirun
-// runs it: every rank's output tagged, no rank bound.
+// runs it: every rank's output tagged, no rank bound, and every variable
+// of the launching environment exported to every rank (horovodExports).
 func (p *parser) horovodrun(rest []string) error {
 	if !p.hvd.np && !p.isGiven("np", "n") {
 		return fmt.Errorf("-np: give the number of processes (as horovodrun needs)")
@@ -148,9 +150,38 @@ func (p *parser) horovodrun(rest []string) error {
 	if err := nested(rest); err != nil {
 		return err
 	}
-	p.out = append([]string{"--tag-output", "--bind-to", "none"}, p.out...)
+	p.out = append(append([]string{"--tag-output", "--bind-to", "none"}, horovodExports(p.o.Environ)...), p.out...)
 	p.emit(rest...)
 	return nil
+}
+
+// horovodExports are the -x NAME flags that export environ's variables
+// to every rank, as horovodrun passes mpirun -x for each of its own
+// (Horovod's is_exportable leaves out BASH_FUNC_*, OLDPWD and its secret
+// key). gorun also leaves out what is the rank's own or gorun's: PWD (the
+// rank's working directory), SHLVL and _ (the shell's), and GORUN_*
+// (gorun's settings and secrets). Sorted by name; a name given twice
+// counts once.
+func horovodExports(environ []string) []string {
+	var names []string
+	for _, kv := range environ {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || strings.HasPrefix(name, "BASH_FUNC_") || strings.HasPrefix(name, "GORUN_") {
+			continue
+		}
+		switch name {
+		case "OLDPWD", "PWD", "SHLVL", "_", "HOROVOD_SECRET_KEY":
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]string, 0, 2*len(names))
+	for _, n := range names {
+		out = append(out, "-x", n)
+	}
+	return out
 }
 
 // isGiven reports whether one of gorun's flags named names was taken.

@@ -85,6 +85,10 @@ type Options struct {
 	// is torchrun's, except that it passes each rank --local_rank=N
 	// after the script unless --use-env (--use_env) says not to.
 	Module string
+	// Environ is the environment gorun was started with (NAME=VALUE, as
+	// os.Environ gives it): horovodrun exports every variable of its own
+	// to the ranks of every host, and gorun horovodrun does the same.
+	Environ []string
 	// ReadFile reads a file the command line names for its contents:
 	// Open MPI's --app FILE and Hydra's -configfile FILE. nil: such a
 	// file is refused.

@@ -40,7 +40,7 @@ func personality(args []string) (out, notes []string, tool peerargs.Tool, err er
 	if !ok {
 		return args, nil, "", nil
 	}
-	o := peerargs.Options{Gorun: mainFlags(), ReadFile: os.ReadFile, Module: module}
+	o := peerargs.Options{Gorun: mainFlags(), ReadFile: os.ReadFile, Module: module, Environ: os.Environ()}
 	var why string
 	if tool == peerargs.TorchRun || tool == peerargs.DeepSpeed {
 		o.Python, why = pythonFor(python, string(tool))
