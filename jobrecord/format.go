@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/gorun/gorun/internal/intranges"
+	"github.com/gorun/gorun/internal/plural"
 	"io"
 	"maps"
 	"path/filepath"
@@ -407,7 +408,7 @@ func (p *printer) ranks(r *Record) {
 			}
 			fmt.Fprintf(&p.b, ": %s", c)
 			if e.Restarts > 0 {
-				fmt.Fprintf(&p.b, ", after %s", plural(e.Restarts, "restart"))
+				fmt.Fprintf(&p.b, ", after %s", plural.Of(e.Restarts, "restart"))
 			}
 			p.b.WriteString("\n")
 			lines := e.LastLines
@@ -558,13 +559,6 @@ func (p *printer) names(hosts []string, max int) string {
 
 // ranges formats ascending ints compactly: 0-3,8,10-11.
 func ranges(v []int) string { return intranges.Format(v) }
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return strconv.Itoa(n) + " " + word + "s"
-}
 
 // shellJoin prints argv as a shell would take it back: words with
 // anything but letters, digits and -_./=:,@%+ in single quotes.

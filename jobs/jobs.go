@@ -224,7 +224,7 @@ func Publish(dir string, info Info, ips []string, h Handler) (*Server, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{key: key, handler: h, slots: make(chan struct{}, maxConns), ctx: ctx, cancel: cancel,
-		tls: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}}
+		tls: selfcert.ServerConfig(cert)}
 	info.Addrs = nil
 	for _, ip := range ips {
 		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
@@ -645,24 +645,15 @@ func Find(dir, id string) (Info, error) {
 // connection is gone, and is not asked again.
 func Call(ctx context.Context, info Info, req Request, out any) error {
 	req.Key = info.Key
-	want, err := hex.DecodeString(info.Cert)
-	if err != nil {
+	if want, err := hex.DecodeString(info.Cert); err != nil || len(want) != sha256.Size {
 		return fmt.Errorf("job %s: bad certificate fingerprint in its file", info.ID)
 	}
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS13,
-		InsecureSkipVerify: true, // the fingerprint below is the check
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("no certificate")
-			}
-			sum := sha256.Sum256(raw[0])
-			if subtle.ConstantTimeCompare(sum[:], want) != 1 {
-				return errors.New("the job socket's certificate is not the job's")
-			}
-			return nil
-		},
-	}
+	cfg := selfcert.PinnedConfig(info.Cert, func(got string) error {
+		if got == "" {
+			return errors.New("no certificate")
+		}
+		return errors.New("the job socket's certificate is not the job's")
+	})
 	start := time.Now()
 	pause := 25 * time.Millisecond
 	for tries := 1; ; tries++ {

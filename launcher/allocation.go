@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/internal/plural"
 )
 
 // FormatAllocation prints the hosts a job may use, with their slots, for
@@ -23,7 +24,7 @@ func FormatAllocation(w io.Writer, hosts []hostfile.Host, source string) error {
 	if source == "" {
 		source = "the host list"
 	}
-	fmt.Fprintf(w, "gorun: allocation: %s, %s (%s)\n", plural(len(hosts), "host"), plural(hostfile.Total(hosts), "slot"), source)
+	fmt.Fprintf(w, "gorun: allocation: %s, %s (%s)\n", plural.Of(len(hosts), "host"), plural.Of(hostfile.Total(hosts), "slot"), source)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  host\tslots\tmax_slots")
 	for _, h := range hosts {

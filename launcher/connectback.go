@@ -5,7 +5,7 @@ package launcher
 // sides prove themselves, and the proofs are bound to the TLS session:
 //
 //   - the head presents a certificate it made for this job (a fresh
-//     ECDSA P-256 key); the agent knows its SHA-256 fingerprint from
+//     Ed25519 key); the agent knows its SHA-256 fingerprint from
 //     srun's environment (HeadCertEnv) and refuses any other, so an agent
 //     that reaches something other than its head (another user listening
 //     on a port of the node) starts nothing;
@@ -22,14 +22,15 @@ package launcher
 //   - after the handshake, TLS keeps the control frames (the job secret,
 //     argv, -x values) private and tamper-evident.
 //
+// The pin and the proof are internal/selfcert's, as the per-node wire's
+// and the job socket's are.
+//
 // Both values travel in srun's environment, never on a command line that
 // every user of a node can read, and the agent removes them from its own
 // environment before any rank starts.
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -96,14 +97,9 @@ func newHeadIdentity() (*headIdentity, error) {
 	return &headIdentity{cert: cert, fingerprint: fp}, nil
 }
 
-// agentProof is what an agent sends: HMAC-SHA256 over a label, its node
-// name and the TLS session's exported keying material.
-func agentProof(key []byte, node string, ekm []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("gorun agent v2\x00" + node + "\x00"))
-	m.Write(ekm)
-	return m.Sum(nil)
-}
+// agentWhat is what an agent's proof (selfcert.Proof, with the job's
+// agent key) says it is: the agent of node.
+func agentWhat(node string) string { return "gorun agent v2\x00" + node + "\x00" }
 
 // errNotAgent, errWrongKey: why the head refused a connection.
 var (
@@ -118,8 +114,7 @@ var (
 // told the agent so.
 func acceptAgent(c net.Conn, id *headIdentity, key []byte) (string, *tls.Conn, error) {
 	c.SetDeadline(time.Now().Add(headHandshakeTimeout))
-	// No session tickets: an agent never resumes, and would only read them.
-	t := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{id.cert}, MinVersion: tls.VersionTLS13, SessionTicketsDisabled: true})
+	t := tls.Server(c, selfcert.ServerConfig(id.cert))
 	if err := t.Handshake(); err != nil {
 		return "", nil, fmt.Errorf("%w (TLS: %v)", errNotAgent, err)
 	}
@@ -133,12 +128,11 @@ func acceptAgent(c net.Conn, id *headIdentity, key []byte) (string, *tls.Conn, e
 	if !ok || !ok2 || node == "" || err != nil {
 		return "", nil, errNotAgent
 	}
-	cs := t.ConnectionState()
-	ekm, err := cs.ExportKeyingMaterial(ekmLabel, nil, 32)
+	ekm, err := selfcert.EKM(t.ConnectionState(), ekmLabel)
 	if err != nil {
 		return "", nil, err
 	}
-	if !hmac.Equal(mac, agentProof(key, node, ekm)) {
+	if !selfcert.ProofHolds(mac, key, agentWhat(node), ekm) {
 		io.WriteString(t, headRefuses+"\n")
 		return "", nil, errWrongKey
 	}
@@ -282,21 +276,12 @@ func dialHeadOnce(ctx context.Context, addr string, key []byte, pin, node string
 	if err != nil {
 		return nil, err
 	}
-	t := tls.Client(c, &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		// The pin below is the whole verification: no CA, no name.
-		InsecureSkipVerify: true,
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return fmt.Errorf("%w: it showed no certificate", ErrNotHead)
-			}
-			sum := sha256.Sum256(cs.PeerCertificates[0].Raw)
-			if got := hex.EncodeToString(sum[:]); !hmac.Equal([]byte(got), []byte(pin)) {
-				return fmt.Errorf("%w: its certificate (sha256 %s…) is not the one in $%s", ErrNotHead, got[:16], HeadCertEnv)
-			}
-			return nil
-		},
-	})
+	t := tls.Client(c, selfcert.PinnedConfig(pin, func(got string) error {
+		if got == "" {
+			return fmt.Errorf("%w: it showed no certificate", ErrNotHead)
+		}
+		return fmt.Errorf("%w: its certificate (sha256 %s…) is not the one in $%s", ErrNotHead, got[:16], HeadCertEnv)
+	}))
 	if err := t.HandshakeContext(ctx); err != nil {
 		c.Close()
 		var ne net.Error
@@ -319,15 +304,14 @@ func dialHeadOnce(ctx context.Context, addr string, key []byte, pin, node string
 	}
 	// The head is proven from here on: its answer to the proof says
 	// whether it took this agent.
-	cs := t.ConnectionState()
-	ekm, err := cs.ExportKeyingMaterial(ekmLabel, nil, 32)
+	ekm, err := selfcert.EKM(t.ConnectionState(), ekmLabel)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
 	deadline, _ := ctx.Deadline()
 	t.SetDeadline(deadline)
-	_, err = io.WriteString(t, agentPrefix+node+" "+hex.EncodeToString(agentProof(key, node, ekm))+"\n")
+	_, err = io.WriteString(t, agentPrefix+node+" "+hex.EncodeToString(selfcert.Proof(key, agentWhat(node), ekm))+"\n")
 	var answer string
 	if err == nil {
 		answer, err = readLine(t, 64)

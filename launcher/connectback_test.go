@@ -19,6 +19,7 @@ import (
 
 	"github.com/gorun/gorun/hostfile"
 	"github.com/gorun/gorun/internal/procfs"
+	"github.com/gorun/gorun/internal/selfcert"
 )
 
 // lockedBuffer is a bytes.Buffer for several goroutines.
@@ -250,7 +251,7 @@ func TestConnectBackRelayAndInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The proof is right, for the first connection; sent on the second.
-	io.WriteString(second, agentPrefix+"node02 "+hex.EncodeToString(agentProof(h.key, "node02", ekm))+"\n")
+	io.WriteString(second, agentPrefix+"node02 "+hex.EncodeToString(selfcert.Proof(h.key, agentWhat("node02"), ekm))+"\n")
 	waitFor(t, func() bool { return h.refused.count() == 1 }, "the relayed proof's refusal")
 	if log := h.log.String(); !strings.Contains(log, "wrong key") {
 		t.Errorf("a relayed proof: the head said %q", log)

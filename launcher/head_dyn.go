@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/internal/plural"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -705,7 +706,7 @@ func (g *genState) place(sr spawnRequest) ([]int, error) {
 						slots, inUse = slots+h.plan.Nodes[n].Host.Slots, inUse+g.dyn.used[n]
 					}
 					return nil, fmt.Errorf("%s do not fit: their hosts have %s, %d of them in use (as mpirun, gorun spawns on free slots only; give --oversubscribe to allow more)%s",
-						processes(sr.size), plural(slots, "slot"), min(inUse, slots), g.idleHosts())
+						processes(sr.size), plural.Of(slots, "slot"), min(inUse, slots), g.idleHosts())
 				}
 				best = sr.hosts[k][0]
 				for _, n := range sr.hosts[k] {

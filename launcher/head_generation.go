@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/internal/plural"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/rendezvous"
 )
@@ -683,7 +684,7 @@ func (h *head) subtreeNote(node int) string {
 	if len(sub) > len(names) {
 		more = fmt.Sprintf(" and %d more", len(sub)-len(names))
 	}
-	return fmt.Sprintf("; the %s below it in the launch tree went with it: %s%s", plural(len(sub), "host"), strings.Join(names, ", "), more)
+	return fmt.Sprintf("; the %s below it in the launch tree went with it: %s%s", plural.Of(len(sub), "host"), strings.Join(names, ", "), more)
 }
 
 // markLost records the ranks of a lost agent as ended.

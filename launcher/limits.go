@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/plural"
 )
 
 // The settings that raise the rendezvous budgets, named in the errors of
@@ -111,7 +113,7 @@ func (h *head) checkFiles() error {
 			verb = "needs"
 		}
 		over = append(over, fmt.Sprintf("%s: %s %s %d open files in gorun's agent there, more than its limit of %d (ulimit -n); at most %d ranks fit",
-			n.Host.Name, plural(len(n.Ranks), "rank"), verb, need, limit, fit))
+			n.Host.Name, plural.Of(len(n.Ranks), "rank"), verb, need, limit, fit))
 	}
 	if len(over) == 0 {
 		return nil

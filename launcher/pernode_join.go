@@ -49,6 +49,48 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 		return ExitLaunch, err
 	}
 	defer l.c.Close()
+	msgs, readErr := readNodeMsgs(l)
+	stop := make(chan struct{})
+	defer close(stop)
+	go l.beat(joinMsg{Beat: true}, stop)
+
+	var sigs chan os.Signal
+	if n.self == "" {
+		// The endpoint's node leaves signals to its head.
+		sigs = make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(sigs)
+	}
+	j := &joined{n: n, l: l, addr: addr}
+	for {
+		select {
+		case m := <-msgs:
+			if code, done, err := j.message(m); done {
+				return code, err
+			}
+		case err := <-readErr:
+			return j.endpointLost(err)
+		case <-j.waitNote:
+			fmt.Fprintf(n.stderr, "gorun: joined the per-node launch at %s %v ago: %s\n", addr, joinWaitNote, j.waitWhy)
+		case s := <-sigs:
+			j.got = s
+			if j.agent == nil {
+				return signalCode(s), nil
+			}
+			// The agent stops this node's ranks: in an elastic job it
+			// leaves, and the others go on; else the job ends.
+			j.agent.Process.Signal(s)
+		case <-ctx.Done():
+			j.stopAgent()
+			return exitCancelled, ctx.Err()
+		}
+	}
+}
+
+// readNodeMsgs reads the endpoint's messages on a goroutine of its own
+// until the connection fails or falls silent, which it then tells once;
+// heartbeats are not passed on.
+func readNodeMsgs(l *lineConn) (<-chan nodeMsg, <-chan error) {
 	msgs := make(chan nodeMsg, 4)
 	readErr := make(chan error, 1)
 	go func() {
@@ -63,100 +105,96 @@ func (n *nodeJoin) run(ctx context.Context) (int, error) {
 			}
 		}
 	}()
-	stop := make(chan struct{})
-	defer close(stop)
-	go l.beat(joinMsg{Beat: true}, stop)
+	return msgs, readErr
+}
 
-	var sigs chan os.Signal
-	if n.self == "" {
-		// The endpoint's node leaves signals to its head.
-		sigs = make(chan os.Signal, 4)
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer signal.Stop(sigs)
-	}
-	var agent *exec.Cmd
-	var agentDone chan struct{}
-	var got os.Signal
-	waitAgent := func(limit time.Duration) {
-		if agent == nil {
-			return
-		}
-		select {
-		case <-agentDone:
-		case <-time.After(limit):
-			agent.Process.Signal(syscall.SIGKILL)
-			<-agentDone
-		}
-		agent = nil
-	}
+// joined is a node that joined the endpoint, as run follows it: its
+// agent of the round, and the signal it got.
+type joined struct {
+	n         *nodeJoin
+	l         *lineConn
+	addr      string
+	agent     *exec.Cmd     // this round's agent; nil between rounds
+	agentDone chan struct{} // closed when agent exited
+	got       os.Signal     // the signal the node got, which its exit code tells
 	// A node that waits long says why, once.
-	var waitNote <-chan time.Time
-	waitWhy := ""
-	for {
-		select {
-		case m := <-msgs:
-			switch {
-			case m.End != nil:
-				waitAgent(15 * time.Second)
-				if got != nil {
-					return signalCode(got), nil
-				}
-				if m.Error != "" && n.self == "" {
-					fmt.Fprintf(n.stderr, "gorun: %s\n", m.Error)
-				}
-				return *m.End, nil
-			case m.Error != "":
-				waitAgent(15 * time.Second)
-				return ExitUsage, fmt.Errorf("%w: %s", ErrUsage, m.Error)
-			case m.Wait != "":
-				if waitWhy == "" && n.self == "" {
-					waitNote = time.After(joinWaitNote)
-				}
-				waitWhy = m.Wait
-			case m.Start != nil:
-				waitNote = nil
-				waitAgent(15 * time.Second)
-				agent, agentDone, err = n.startAgent(m.Start)
-				if err != nil {
-					return ExitLaunch, err
-				}
-			case m.Restart:
-				waitAgent(30 * time.Second)
-				if got != nil {
-					return signalCode(got), nil
-				}
-				l.send(joinMsg{Ready: true})
-			}
-		case err := <-readErr:
-			if agent != nil {
-				agent.Process.Signal(syscall.SIGTERM)
-				waitAgent(15 * time.Second)
-			}
-			if got != nil {
-				return signalCode(got), nil
-			}
-			if errors.Is(err, io.EOF) {
-				err = errors.New("it closed the connection")
-			}
-			return ExitLaunch, fmt.Errorf("the per-node launch's endpoint %s went away: %w", addr, err)
-		case <-waitNote:
-			fmt.Fprintf(n.stderr, "gorun: joined the per-node launch at %s %v ago: %s\n", addr, joinWaitNote, waitWhy)
-		case s := <-sigs:
-			got = s
-			if agent == nil {
-				return signalCode(s), nil
-			}
-			// The agent stops this node's ranks: in an elastic job it
-			// leaves, and the others go on; else the job ends.
-			agent.Process.Signal(s)
-		case <-ctx.Done():
-			if agent != nil {
-				agent.Process.Signal(syscall.SIGTERM)
-				waitAgent(15 * time.Second)
-			}
-			return exitCancelled, ctx.Err()
-		}
+	waitNote <-chan time.Time
+	waitWhy  string
+}
+
+// waitAgent waits for the round's agent to exit, for at most limit before
+// it kills it.
+func (j *joined) waitAgent(limit time.Duration) {
+	if j.agent == nil {
+		return
 	}
+	select {
+	case <-j.agentDone:
+	case <-time.After(limit):
+		j.agent.Process.Signal(syscall.SIGKILL)
+		<-j.agentDone
+	}
+	j.agent = nil
+}
+
+// stopAgent stops the round's agent, if any: SIGTERM, then SIGKILL.
+func (j *joined) stopAgent() {
+	if j.agent != nil {
+		j.agent.Process.Signal(syscall.SIGTERM)
+		j.waitAgent(15 * time.Second)
+	}
+}
+
+// message follows one message of the endpoint's: the job's end, a
+// refusal, why the job waits, a round to start or a restart to get ready
+// for. done says that the node's part ends, with code and err.
+func (j *joined) message(m nodeMsg) (code int, done bool, err error) {
+	n := j.n
+	switch {
+	case m.End != nil:
+		j.waitAgent(15 * time.Second)
+		if j.got != nil {
+			return signalCode(j.got), true, nil
+		}
+		if m.Error != "" && n.self == "" {
+			fmt.Fprintf(n.stderr, "gorun: %s\n", m.Error)
+		}
+		return *m.End, true, nil
+	case m.Error != "":
+		j.waitAgent(15 * time.Second)
+		return ExitUsage, true, fmt.Errorf("%w: %s", ErrUsage, m.Error)
+	case m.Wait != "":
+		if j.waitWhy == "" && n.self == "" {
+			j.waitNote = time.After(joinWaitNote)
+		}
+		j.waitWhy = m.Wait
+	case m.Start != nil:
+		j.waitNote = nil
+		j.waitAgent(15 * time.Second)
+		if j.agent, j.agentDone, err = n.startAgent(m.Start); err != nil {
+			return ExitLaunch, true, err
+		}
+	case m.Restart:
+		j.waitAgent(30 * time.Second)
+		if j.got != nil {
+			return signalCode(j.got), true, nil
+		}
+		j.l.send(joinMsg{Ready: true})
+	}
+	return 0, false, nil
+}
+
+// endpointLost ends the node's part when the endpoint's connection failed
+// (err) or fell silent.
+func (j *joined) endpointLost(err error) (int, error) {
+	j.stopAgent()
+	if j.got != nil {
+		return signalCode(j.got), nil
+	}
+	if errors.Is(err, io.EOF) {
+		err = errors.New("it closed the connection")
+	}
+	return ExitLaunch, fmt.Errorf("the per-node launch's endpoint %s went away: %w", j.addr, err)
 }
 
 // dial joins the endpoint, retrying until --rdzv-timeout while nothing

@@ -26,12 +26,11 @@ package launcher
 // against offline: that is why the token must hold at least 128 bits
 // (ReadToken, tokenBits), and why a node does not even dial an endpoint
 // on its own host whose port another user holds (listenEndpoint). After
-// the handshake, the messages are JSON lines both ways.
+// the handshake, the messages are JSON lines both ways. The proofs are
+// internal/selfcert's, as the connect-back's are.
 
 import (
 	"bufio"
-	"crypto/hmac"
-	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
@@ -42,6 +41,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/selfcert"
 )
 
 // The per-node wire's labels: the TLS exporter's, and the start of each
@@ -68,12 +69,20 @@ const (
 // node could not prove the token: retrying cannot help.
 var ErrRdzvRefused = errors.New("refused")
 
-// rdzvProof is one side's proof of the token on a TLS session.
+// rdzvProof is one side's ("node", "endpoint") proof of the token on the
+// TLS session whose keying material is ekm (selfcert.EKM), in hex.
 func rdzvProof(token []byte, side string, ekm []byte) string {
-	m := hmac.New(sha256.New, token)
-	m.Write([]byte("gorun rdzv " + side + "\x00"))
-	m.Write(ekm)
-	return hex.EncodeToString(m.Sum(nil))
+	return hex.EncodeToString(selfcert.Proof(token, rdzvWhat(side), ekm))
+}
+
+// rdzvWhat is what side's proof of the token says it is.
+func rdzvWhat(side string) string { return "gorun rdzv " + side + "\x00" }
+
+// rdzvProofHolds reports whether line, after rdzvPrefix, is side's proof
+// of the token on the session of ekm, compared in constant time.
+func rdzvProofHolds(proof string, token []byte, side string, ekm []byte) bool {
+	b, err := hex.DecodeString(proof)
+	return err == nil && selfcert.ProofHolds(b, token, rdzvWhat(side), ekm)
 }
 
 // joinHello is what a node says after the endpoint proved the token.
@@ -168,13 +177,12 @@ func (l *lineConn) beat(v any, stop <-chan struct{}) {
 // and returns the node's hello.
 func acceptNode(c net.Conn, cert tls.Certificate, token []byte) (*lineConn, joinHello, error) {
 	var h joinHello
-	t := tls.Server(c, &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{cert}})
+	t := tls.Server(c, selfcert.ServerConfig(cert))
 	t.SetDeadline(time.Now().Add(rdzvShake))
 	if err := t.Handshake(); err != nil {
 		return nil, h, fmt.Errorf("TLS handshake: %w", err)
 	}
-	cs := t.ConnectionState()
-	ekm, err := cs.ExportKeyingMaterial(rdzvEKMLabel, nil, 32)
+	ekm, err := selfcert.EKM(t.ConnectionState(), rdzvEKMLabel)
 	if err != nil {
 		return nil, h, err
 	}
@@ -186,7 +194,7 @@ func acceptNode(c net.Conn, cert tls.Certificate, token []byte) (*lineConn, join
 		return nil, h, fmt.Errorf("no proof of the token: %w", err)
 	}
 	proof, ok := strings.CutPrefix(line, rdzvPrefix)
-	if !ok || !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "node", ekm))) {
+	if !ok || !rdzvProofHolds(proof, token, "node", ekm) {
 		l.send(nodeMsg{Error: rdzvRefusal})
 		if !ok {
 			return nil, h, fmt.Errorf("%w: it does not speak this gorun's per-node wire (version 2)", ErrRdzvRefused)
@@ -215,10 +223,9 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 	if err != nil {
 		return nil, err
 	}
-	t := tls.Client(c, &tls.Config{MinVersion: tls.VersionTLS13,
-		// The endpoint's proof of the token, below, is the whole
-		// verification: its certificate is made on the spot.
-		InsecureSkipVerify: true})
+	// The endpoint's proof of the token, below, is the whole
+	// verification: its certificate is made on the spot.
+	t := tls.Client(c, selfcert.ProofConfig())
 	t.SetDeadline(time.Now().Add(rdzvShake))
 	if err := t.Handshake(); err != nil {
 		c.Close()
@@ -228,8 +235,7 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 		}
 		return nil, fmt.Errorf("TLS handshake: %w", err)
 	}
-	cs := t.ConnectionState()
-	ekm, err := cs.ExportKeyingMaterial(rdzvEKMLabel, nil, 32)
+	ekm, err := selfcert.EKM(t.ConnectionState(), rdzvEKMLabel)
 	if err != nil {
 		t.Close()
 		return nil, err
@@ -255,7 +261,7 @@ func dialEndpoint(addr string, token []byte, hello joinHello) (*lineConn, error)
 		}
 		return nil, fmt.Errorf("%w: the endpoint %s answered, but not as this gorun's per-node wire (version 2) does: another version of gorun, or not gorun", ErrRdzvRefused, addr)
 	}
-	if !hmac.Equal([]byte(proof), []byte(rdzvProof(token, "endpoint", ekm))) {
+	if !rdzvProofHolds(proof, token, "endpoint", ekm) {
 		t.Close()
 		// An endpoint with the token would have proved it: it took this
 		// node's proof, so it has the same token.

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gorun/gorun/hostfile"
+	"github.com/gorun/gorun/internal/plural"
 )
 
 // ErrPlan is wrapped by every error about a plan that cannot be met.
@@ -419,7 +420,7 @@ func describeSlots(hosts []hostfile.Host) string {
 
 // Format prints the plan for --display-map.
 func (p *Plan) Format(w io.Writer) error {
-	fmt.Fprintf(w, "gorun: plan: %s on %s (%s), map-by %s", plural(len(p.Ranks), "rank"), plural(len(p.Nodes), "host"), plural(p.Slots, "slot"), p.MapBy)
+	fmt.Fprintf(w, "gorun: plan: %s on %s (%s), map-by %s", plural.Of(len(p.Ranks), "rank"), plural.Of(len(p.Nodes), "host"), plural.Of(p.Slots, "slot"), p.MapBy)
 	if p.Oversubscribed {
 		fmt.Fprint(w, ", oversubscribed")
 	}
@@ -434,13 +435,6 @@ func (p *Plan) Format(w io.Writer) error {
 
 // Ranges formats ascending ints compactly: 0-3,8,10-11.
 func Ranges(v []int) string { return intranges.Format(v) }
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return strconv.Itoa(n) + " " + word + "s"
-}
 
 // packages counts this host's packages (sockets), for its agent's hello
 // (ppr:N:package plans by it): the distinct physical_package_id of its

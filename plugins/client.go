@@ -145,133 +145,184 @@ func (c *Client) fail(err error) error {
 	return fmt.Errorf("plugin %s (%s): %w%s", c.name, c.path, err, c.tail.suffix())
 }
 
+// start starts the plugin process with the data plane's descriptors,
+// takes this side's ends of them, and asks the plugin who it is and to
+// serve the rank of o.
 func (c *Client) start(o Options) error {
-	segFD, err := wire.NewSegment()
+	fds, err := newPlaneFDs()
 	if err != nil {
 		return c.fail(err)
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		unix.Close(segFD)
-		return c.fail(fmt.Errorf("socketpair: %w", err))
-	}
-	bellFDs := [2]int{-1, -1} // plugin's, host's
-	for i := range bellFDs {
-		if bellFDs[i], err = wire.NewBellFD(); err != nil {
-			break
-		}
-	}
-	// The descriptors the child gets; this side keeps pair[0] and the
-	// bells, and closes the child's copies once it started.
-	child := []*os.File{
-		os.NewFile(uintptr(segFD), "segment"),
-		os.NewFile(uintptr(pair[1]), "region-socket"),
-	}
-	for _, fd := range bellFDs {
-		if fd >= 0 {
-			d, derr := unix.Dup(fd)
-			if derr != nil {
-				err = derr
-			}
-			child = append(child, os.NewFile(uintptr(d), "bell"))
-		}
-	}
-	defer func() {
-		for _, f := range child {
-			f.Close()
-		}
-	}()
-	cleanup := func() {
-		unix.Close(pair[0])
-		for _, fd := range bellFDs {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-		}
-	}
-	if err != nil {
-		cleanup()
-		return c.fail(err)
-	}
-	level := hclog.LevelFromString(os.Getenv(EnvLogLevel))
-	if level == hclog.NoLevel {
-		level = hclog.Warn
-	}
-	out := o.Log
-	if out == nil {
-		out = os.Stderr
-	}
-	logger := hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: level, Output: out})
+	// The child's copies are closed once it started (or failed to).
+	defer fds.closeChild()
 	p, err := Start(Spec{
 		Name: c.name, Path: c.path,
 		Handshake:        wire.Handshake,
 		VersionedPlugins: wire.PluginSets(nil),
 		DispenseName:     wire.PluginName,
-		ExtraFiles:       child,
+		ExtraFiles:       fds.child,
 		Stderr:           c.tail,
-		Logger:           logger,
+		Logger:           pluginLogger(o.Log),
 		StartTimeout:     o.StartTimeout,
 	})
 	if err != nil {
-		cleanup()
+		fds.closeKept()
 		return fmt.Errorf("%w%s", err, c.tail.suffix())
 	}
 	c.p = p
 	c.ctl = p.Service.(*wire.Client)
-	// The child's copies are closed by the deferred function; from here
-	// on Close releases what this side holds.
-	fail := func(err error) error {
+	// From here on Close releases what this side holds.
+	if err := c.attach(fds); err != nil {
 		c.Close()
 		return c.fail(err)
 	}
-	if c.mine, err = wire.OpenBell(bellFDs[1], "host-bell"); err != nil {
-		unix.Close(bellFDs[0])
-		unix.Close(pair[0])
-		return fail(err)
+	if err := c.handshake(o); err != nil {
+		c.Close()
+		return c.fail(err)
 	}
-	if c.bell, err = wire.OpenBell(bellFDs[0], "plugin-bell"); err != nil {
-		unix.Close(pair[0])
-		return fail(err)
+	go c.watch()
+	go c.reap()
+	return nil
+}
+
+// pluginLogger is the logger of a plugin's log entries, written to out
+// (default standard error) from the level EnvLogLevel says (default warn).
+func pluginLogger(out io.Writer) hclog.Logger {
+	level := hclog.LevelFromString(os.Getenv(EnvLogLevel))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
 	}
-	f := os.NewFile(uintptr(pair[0]), "region-socket")
+	if out == nil {
+		out = os.Stderr
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "plugin", Level: level, Output: out})
+}
+
+// planeFDs are the descriptors of a plugin's data plane: the segment, the
+// region socket's two ends and two bells. The plugin process gets copies
+// of them (child, in the order it expects them); this side keeps its end
+// of the socket and the bells, and maps the segment.
+type planeFDs struct {
+	seg   int    // the segment; child's first file is it, so it lives until closeChild
+	sock  int    // this side's end of the region socket
+	bells [2]int // the plugin's bell and the host's
+	child []*os.File
+}
+
+// newPlaneFDs makes the data plane's descriptors; on an error it closes
+// what it made.
+func newPlaneFDs() (*planeFDs, error) {
+	segFD, err := wire.NewSegment()
+	if err != nil {
+		return nil, err
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(segFD)
+		return nil, fmt.Errorf("socketpair: %w", err)
+	}
+	f := &planeFDs{seg: segFD, sock: pair[0], bells: [2]int{-1, -1}}
+	for i := range f.bells {
+		if f.bells[i], err = wire.NewBellFD(); err != nil {
+			break
+		}
+	}
+	f.child = []*os.File{
+		os.NewFile(uintptr(segFD), "segment"),
+		os.NewFile(uintptr(pair[1]), "region-socket"),
+	}
+	for _, fd := range f.bells {
+		if fd >= 0 {
+			d, derr := unix.Dup(fd)
+			if derr != nil {
+				err = derr
+			}
+			f.child = append(f.child, os.NewFile(uintptr(d), "bell"))
+		}
+	}
+	if err != nil {
+		f.closeChild()
+		f.closeKept()
+		return nil, err
+	}
+	return f, nil
+}
+
+// closeChild closes the plugin's copies (and with them the segment's
+// descriptor).
+func (f *planeFDs) closeChild() {
+	for _, cf := range f.child {
+		cf.Close()
+	}
+}
+
+// closeKept closes this side's end of the socket and the bells, before
+// attach took them.
+func (f *planeFDs) closeKept() {
+	unix.Close(f.sock)
+	for _, fd := range f.bells {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
+// attach takes this side's descriptors of the data plane: the bells, the
+// region socket and a mapping of the segment. What it did not take when it
+// fails, it closes; what it took, Close releases.
+func (c *Client) attach(fds *planeFDs) error {
+	var err error
+	if c.mine, err = wire.OpenBell(fds.bells[1], "host-bell"); err != nil {
+		unix.Close(fds.bells[0])
+		unix.Close(fds.sock)
+		return err
+	}
+	if c.bell, err = wire.OpenBell(fds.bells[0], "plugin-bell"); err != nil {
+		unix.Close(fds.sock)
+		return err
+	}
+	f := os.NewFile(uintptr(fds.sock), "region-socket")
 	fc, err := net.FileConn(f)
 	f.Close()
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	c.sock = fc.(*net.UnixConn)
-	segFD2, err := unix.Dup(segFD)
+	segFD, err := unix.Dup(fds.seg)
 	if err != nil {
-		return fail(err)
+		return err
 	}
-	c.seg, err = wire.MapSegment(segFD2, true)
-	unix.Close(segFD2)
-	if err != nil {
-		return fail(err)
-	}
+	c.seg, err = wire.MapSegment(segFD, true)
+	unix.Close(segFD)
+	return err
+}
+
+// handshake asks the plugin who it is (a plugin looked up by name must
+// say that name) and to serve the rank of o, and notes whether it hands
+// its connections' sockets over.
+func (c *Client) handshake(o Options) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var info wire.InfoReply
 	if err := c.ctl.Call(ctx, "Info", &wire.Empty{}, &info); err != nil {
-		return fail(fmt.Errorf("info: %w", err))
+		return fmt.Errorf("info: %w", err)
 	}
 	c.info = Info(info)
 	if o.Name != "" && info.Name != o.Name && o.Path == "" {
-		return fail(fmt.Errorf("the binary says it is plugin %q", info.Name))
+		return fmt.Errorf("the binary says it is plugin %q", info.Name)
 	}
 	init := &wire.InitReq{Rank: o.Rank, Size: o.Size, LocalRank: o.LocalRank, Iface: o.Iface, Options: o.PluginOptions, Handoff: !o.NoHandoff}
 	var ir wire.InitReply
 	if err := c.ctl.Call(ctx, "Init", init, &ir); err != nil {
-		return fail(fmt.Errorf("init: %w", err))
+		return fmt.Errorf("init: %w", err)
 	}
 	if ir.Handoff {
+		var err error
 		if c.sockets, err = tcp.ForSockets(c.name+" (handed off)", tcp.Options{}); err != nil {
-			return fail(err)
+			return err
 		}
 		c.handoff = true
 	}
-	go c.watch()
-	go c.reap()
 	return nil
 }
 

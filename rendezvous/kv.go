@@ -2,7 +2,6 @@ package rendezvous
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -12,9 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -209,16 +206,16 @@ func NewKVServer(cfg KVConfig) (*KVServer, error) {
 	if cfg.MaxValueLen <= 0 {
 		cfg.MaxValueLen = DefaultMaxValueLen
 	}
-	local, err := newLocalKV(cfg.Fencer, cfg.Ranks, nil)
+	local, ops, err := newServerKV(serverKV{
+		fencer:     cfg.Fencer,
+		ranks:      cfg.Ranks,
+		watch:      fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout},
+		rankBudget: cfg.RankBudget,
+		jobBudget:  cfg.JobBudget,
+		logf:       cfg.Logf,
+	})
 	if err != nil {
 		return nil, err
-	}
-	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
-	local.setBudgets(cfg.RankBudget, cfg.JobBudget)
-	local.logf = cfg.Logf
-	ops := map[int]*atomic.Uint64{}
-	for _, r := range cfg.Ranks {
-		ops[r] = new(atomic.Uint64)
 	}
 	return &KVServer{cfg: cfg, local: local, ops: ops, connected: map[int]bool{}, conns: map[net.Conn]bool{},
 		clients: map[int]*kvConn{}, final: map[int]Progress{}}, nil
@@ -434,177 +431,16 @@ func (s *KVServer) ServeConn(ctx context.Context, c net.Conn) error {
 	s.conns[c] = true
 	s.mu.Unlock()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
-	var k *kvConn
-	var fences sync.WaitGroup
-	rank, bye := -1, false
+	ss := &kvSession{s: s, ctx: ctx, c: c, rank: -1}
 	defer func() {
 		stop()
-		if k != nil {
-			close(k.end)
-			t := time.NewTimer(flushTimeout)
-			select {
-			case <-k.wdone:
-			case <-t.C:
-			}
-			t.Stop()
-		}
-		c.Close()
-		if k != nil {
-			<-k.wdone
-		}
-		s.mu.Lock()
-		delete(s.conns, c)
-		if k != nil && s.clients[rank] == k {
-			delete(s.clients, rank)
-		}
-		s.mu.Unlock()
-		if rank >= 0 && !bye {
-			// Reported first: the ranks that gone releases fail, and
-			// their exits must not overtake the report of this one.
-			if s.cfg.OnEarlyExit != nil && ctx.Err() == nil {
-				s.cfg.OnEarlyExit(rank)
-			}
-			s.local.gone(fmt.Errorf("rendezvous: rank %d left without closing its KV client", rank))
-		}
-		fences.Wait() // ended by gone, ctx or the fence's own end
+		ss.end()
 	}()
-	send := func(op byte, f ...string) error { _, err := c.Write(encodeFrame(op, f...)); return err }
-
-	// Hello first, within a short time, with the right secret.
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	p, err := readFrame(c, 4096)
+	f, err := ss.hello()
 	if err != nil {
 		return err
 	}
-	op, f, err := decodeFrame(p)
-	if err != nil || op != opHello {
-		send(opErr, msgHelloExpected)
-		return fmt.Errorf("rendezvous: KV client did not say hello: %v", err)
-	}
-	if subtle.ConstantTimeCompare([]byte(f[0]), s.cfg.Secret) != 1 {
-		send(opErr, "authentication failed")
-		return errors.New("rendezvous: KV client presented a wrong secret")
-	}
-	r, err := strconv.Atoi(f[1])
-	if err != nil || !s.local.ranks[r] {
-		send(opErr, "unknown rank")
-		return fmt.Errorf("rendezvous: KV client claims unknown rank %q", f[1])
-	}
-	s.mu.Lock()
-	dup := s.connected[r]
-	s.connected[r] = true
-	s.mu.Unlock()
-	if dup {
-		send(opErr, "rank already connected")
-		return fmt.Errorf("rendezvous: rank %d connected twice", r)
-	}
-	rank = r
-	c.SetReadDeadline(time.Time{})
-	k = &kvConn{c: c, pid: peerPID(c), out: make(chan []byte, 16), end: make(chan struct{}), wdone: make(chan struct{}),
-		waiting: map[uint64]chan string{}}
-	limit := s.maxFrame()
-	if len(f) == 3 && slices.Contains(strings.Split(f[2], ","), featAnswers) {
-		k.answers = true
-		limit = max(limit, DefaultMaxFrame)
-	}
-	go k.writer()
-	reply := func(op byte, f ...string) error { return k.send(ctx, encodeFrame(op, f...)) }
-	// Known to Dump from the moment the client can see the hello's reply,
-	// and its requests follow that reply.
-	s.mu.Lock()
-	k.out <- encodeFrame(opOK) // the first of the buffer's frames
-	s.clients[rank] = k
-	s.mu.Unlock()
-	ops := s.ops[rank]
-	for {
-		p, err := readFrame(c, limit)
-		if err != nil {
-			k.mu.Lock()
-			ferr := k.fenceErr
-			k.mu.Unlock()
-			if ferr != nil {
-				bye = true // dropped by us, not an early exit
-				return ferr
-			}
-			if errors.Is(err, errFrame) {
-				reply(opErr, err.Error())
-			}
-			return err
-		}
-		op, f, err := decodeFrame(p)
-		if err != nil {
-			reply(opErr, err.Error())
-			return err
-		}
-		if op == opAnswer {
-			k.deliver(f[0], f[1])
-			continue
-		}
-		if k.fencing.Load() {
-			reply(opErr, "request during a fence")
-			return fmt.Errorf("rendezvous: rank %d sent op %q while its fence was in progress", rank, op)
-		}
-		switch op {
-		case opPut:
-			ops.Add(1)
-			if f[0] == "" || len(f[0]) > s.cfg.MaxKeyLen || len(f[1]) > s.cfg.MaxValueLen {
-				err = reply(opErr, "key or value too large, or empty key")
-				break
-			}
-			if perr := s.local.put(rank, f[0], f[1]); perr != nil {
-				err = reply(opErr, perr.Error())
-				break
-			}
-			err = reply(opOK)
-		case opGet:
-			ops.Add(1)
-			if v, ok := s.local.get(f[0]); ok {
-				err = reply(opValue, v)
-			} else {
-				err = reply(opNotFound)
-			}
-		case opFence:
-			ops.Add(1)
-			// The barrier runs beside the read loop, which goes on
-			// reading the client's answers.
-			k.fencing.Store(true)
-			fences.Add(1)
-			go func() {
-				defer fences.Done()
-				ferr := s.local.barrier(ctx, rank)
-				k.fencing.Store(false) // before the reply: the client's next request may follow it
-				if ferr == nil {
-					reply(opOK)
-					return
-				}
-				k.mu.Lock()
-				k.fenceErr = ferr
-				k.mu.Unlock()
-				reply(opErr, ferr.Error())
-				c.SetReadDeadline(time.Unix(1, 0)) // ends the read loop, which returns ferr
-			}()
-		case opBye:
-			bye = true
-			if len(f) == 1 {
-				var fin Progress
-				if jerr := json.Unmarshal([]byte(f[0]), &fin); jerr == nil {
-					s.mu.Lock()
-					s.final[rank] = fin
-					s.mu.Unlock()
-				} else if s.cfg.Logf != nil {
-					s.cfg.Logf("rendezvous: rank %d: its final progress: %v", rank, jerr)
-				}
-			}
-			reply(opOK)
-			return nil
-		default:
-			reply(opErr, "unexpected op")
-			return fmt.Errorf("rendezvous: rank %d sent op %q", rank, op)
-		}
-		if err != nil {
-			return err
-		}
-	}
+	return ss.serve(ss.open(f))
 }
 
 // Client is a Go rank's connection to its host's KVServer. Its methods are

@@ -9,6 +9,7 @@ import (
 	"go/token"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,30 +51,39 @@ func TestKVSecretGuesses(t *testing.T) {
 	c.Close()
 }
 
-// The secret is compared in constant time: in KVServer.ServeConn, the
-// configured secret is only ever an argument of subtle.ConstantTimeCompare
-// (a ==, bytes.Equal or string comparison would tell a guesser, by its
-// time, how many leading bytes were right).
+// The secret is compared in constant time: in the methods that serve a
+// connection (KVServer's and kvSession's), the configured secret is only
+// ever an argument of subtle.ConstantTimeCompare (a ==, bytes.Equal or
+// string comparison would tell a guesser, by its time, how many leading
+// bytes were right).
 func TestKVSecretComparedInConstantTime(t *testing.T) {
 	t.Parallel()
-	f, err := parser.ParseFile(token.NewFileSet(), "kv.go", nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serve *ast.FuncDecl
-	for _, d := range f.Decls {
-		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == "ServeConn" && fd.Recv != nil {
-			if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok && star.X.(*ast.Ident).Name == "KVServer" {
-				serve = fd
+	var serving []*ast.FuncDecl
+	subtle := false // whether the file of the secret's comparison imports crypto/subtle
+	for _, name := range []string{"kv.go", "kvsession.go"} {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+				if star, ok := fd.Recv.List[0].Type.(*ast.StarExpr); ok {
+					if n := star.X.(*ast.Ident).Name; n == "KVServer" || n == "kvSession" {
+						serving = append(serving, fd)
+					}
+				}
 			}
 		}
+		for _, im := range f.Imports {
+			subtle = subtle || im.Path.Value == `"crypto/subtle"`
+		}
 	}
-	if serve == nil {
+	if !slices.ContainsFunc(serving, func(fd *ast.FuncDecl) bool { return fd.Name.Name == "ServeConn" }) {
 		t.Fatal("kv.go has no (*KVServer).ServeConn")
 	}
 	uses, constant := 0, 0
 	var stack []ast.Node
-	ast.Inspect(serve.Body, func(n ast.Node) bool {
+	inspect := func(n ast.Node) bool {
 		if n == nil {
 			stack = stack[:len(stack)-1]
 			return true
@@ -90,16 +100,15 @@ func TestKVSecretComparedInConstantTime(t *testing.T) {
 		}
 		stack = append(stack, n)
 		return true
-	})
-	if uses == 0 || constant != uses {
-		t.Errorf("ServeConn uses the secret %d times, %d of them in subtle.ConstantTimeCompare; want every use there", uses, constant)
 	}
-	var subtle bool
-	for _, im := range f.Imports {
-		subtle = subtle || im.Path.Value == `"crypto/subtle"`
+	for _, fd := range serving {
+		ast.Inspect(fd.Body, inspect)
+	}
+	if uses == 0 || constant != uses {
+		t.Errorf("the KV server's methods use the secret %d times, %d of them in subtle.ConstantTimeCompare; want every use there", uses, constant)
 	}
 	if !subtle {
-		t.Error(`kv.go does not import "crypto/subtle"`)
+		t.Error(`neither kv.go nor kvsession.go imports "crypto/subtle"`)
 	}
 }
 

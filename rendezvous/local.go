@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -90,6 +91,34 @@ func newLocalKV(fencer Fencer, ranks []int, preload map[string]string) (*localKV
 		l.ranks[r] = true
 	}
 	return l, nil
+}
+
+// serverKV is what a server (KVServer, PMIServer) sets its local store
+// up with.
+type serverKV struct {
+	fencer                Fencer
+	ranks                 []int
+	preload               map[string]string
+	watch                 fenceWatch
+	rankBudget, jobBudget Budget // zero fields: the defaults
+	logf                  func(format string, args ...any)
+}
+
+// newServerKV makes a server's local store, and a counter of requests for
+// each of its ranks (the map is fixed from then on).
+func newServerKV(o serverKV) (*localKV, map[int]*atomic.Uint64, error) {
+	local, err := newLocalKV(o.fencer, o.ranks, o.preload)
+	if err != nil {
+		return nil, nil, err
+	}
+	local.watch = o.watch
+	local.setBudgets(o.rankBudget, o.jobBudget)
+	local.logf = o.logf
+	ops := map[int]*atomic.Uint64{}
+	for _, r := range o.ranks {
+		ops[r] = new(atomic.Uint64)
+	}
+	return local, ops, nil
 }
 
 // setBudgets sets the budgets; zero fields keep the defaults.

@@ -126,16 +126,17 @@ func NewPMIServer(cfg PMIConfig) (*PMIServer, error) {
 			return nil, fmt.Errorf("rendezvous: preloaded key %q cannot travel over PMI", k)
 		}
 	}
-	local, err := newLocalKV(cfg.Fencer, cfg.Ranks, preload)
+	local, ops, err := newServerKV(serverKV{
+		fencer:     cfg.Fencer,
+		ranks:      cfg.Ranks,
+		preload:    preload,
+		watch:      fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout},
+		rankBudget: cfg.RankBudget,
+		jobBudget:  cfg.JobBudget,
+		logf:       cfg.Logf,
+	})
 	if err != nil {
 		return nil, err
-	}
-	local.watch = fenceWatch{Timeout: cfg.FenceTimeout, OnTimeout: cfg.OnFenceTimeout}
-	local.setBudgets(cfg.RankBudget, cfg.JobBudget)
-	local.logf = cfg.Logf
-	ops := map[int]*atomic.Uint64{}
-	for _, r := range cfg.Ranks {
-		ops[r] = new(atomic.Uint64)
 	}
 	return &PMIServer{cfg: cfg, local: local, ops: ops, conns: map[net.Conn]bool{}, connected: map[int]bool{}}, nil
 }
@@ -327,24 +328,11 @@ func (pc *pmiConn) reply(line string) error {
 
 // handle serves one request line. done means the connection should close.
 func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err error) {
-	s := pc.s
-	m, perr := ParsePMILine(line)
-	if perr != nil {
-		if strings.HasPrefix(line, "cmd=abort ") { // lenient: an abort message may contain spaces
-			m, perr = PMIMessage{Cmd: "abort", Args: map[string]string{}}, nil
-			for _, t := range strings.Fields(line) {
-				if k, v, ok := strings.Cut(t, "="); ok && k == "exitcode" {
-					m.Args[k] = v
-				}
-			}
-			if _, msg, ok := strings.Cut(line, "error_msg="); ok {
-				m.Args["error_msg"] = strings.TrimSpace(msg)
-			}
-		} else {
-			s.logf("pmi: rank %d: %v", pc.rank, perr)
-			pc.reply(formatPMI("error", "rc", "-1", "msg", "malformed_line"))
-			return true, perr
-		}
+	m, err := parseRequest(line)
+	if err != nil {
+		pc.s.logf("pmi: rank %d: %v", pc.rank, err)
+		pc.reply(formatPMI("error", "rc", "-1", "msg", "malformed_line"))
+		return true, err
 	}
 	if pc.rank < 0 && m.Cmd != "initack" {
 		pc.reply(formatPMI("error", "rc", "-1", "msg", "initack_required"))
@@ -355,114 +343,176 @@ func (pc *pmiConn) handle(ctx context.Context, line string) (done bool, err erro
 	}
 	switch m.Cmd {
 	case "initack":
-		if pc.rank >= 0 {
-			return true, fmt.Errorf("rendezvous: rank %d sent initack twice or on a PMI_FD connection", pc.rank)
+		return pc.initack(m)
+	case "barrier_in":
+		return pc.barrier(ctx)
+	case "abort":
+		pc.abort(m)
+		// No reply, and keep the connection open: MPI_Abort must block
+		// until the launcher kills the rank (pmi.md §6).
+		return false, nil
+	}
+	return false, pc.reply(pc.answer(m))
+}
+
+// parseRequest parses a request line; an abort's is taken leniently, as
+// its message may hold spaces.
+func parseRequest(line string) (PMIMessage, error) {
+	m, err := ParsePMILine(line)
+	if err == nil || !strings.HasPrefix(line, "cmd=abort ") {
+		return m, err
+	}
+	m = PMIMessage{Cmd: "abort", Args: map[string]string{}}
+	for _, t := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(t, "="); ok && k == "exitcode" {
+			m.Args[k] = v
 		}
-		id, err := m.Int("pmiid")
-		if err != nil || !s.local.ranks[id] {
-			pc.reply(formatPMI("error", "rc", "-1", "msg", "unknown_pmiid"))
-			return true, fmt.Errorf("rendezvous: initack with unknown pmiid %q", m.Args["pmiid"])
+	}
+	if _, msg, ok := strings.Cut(line, "error_msg="); ok {
+		m.Args["error_msg"] = strings.TrimSpace(msg)
+	}
+	return m, nil
+}
+
+// initack serves the first command of a PMI_PORT connection, which names
+// its rank (PMI_ID), and answers with the rank's place in the job.
+func (pc *pmiConn) initack(m PMIMessage) (done bool, err error) {
+	s := pc.s
+	if pc.rank >= 0 {
+		return true, fmt.Errorf("rendezvous: rank %d sent initack twice or on a PMI_FD connection", pc.rank)
+	}
+	id, err := m.Int("pmiid")
+	if err != nil || !s.local.ranks[id] {
+		pc.reply(formatPMI("error", "rc", "-1", "msg", "unknown_pmiid"))
+		return true, fmt.Errorf("rendezvous: initack with unknown pmiid %q", m.Args["pmiid"])
+	}
+	if err := s.claim(id); err != nil {
+		return true, err
+	}
+	pc.rank = id
+	return false, pc.reply(formatPMI("initack") + formatPMI("set", "size", strconv.Itoa(s.cfg.Size)) +
+		formatPMI("set", "rank", strconv.Itoa(id)) + formatPMI("set", "debug", "0"))
+}
+
+// barrier serves barrier_in: it answers once every rank of the job
+// arrived, or closes the connection when the barrier fails.
+func (pc *pmiConn) barrier(ctx context.Context) (done bool, err error) {
+	if err := pc.s.local.barrier(ctx, pc.rank); err != nil {
+		if pc.s.cfg.OnFenceError != nil {
+			pc.s.cfg.OnFenceError(err)
 		}
-		if err := s.claim(id); err != nil {
-			return true, err
-		}
-		pc.rank = id
-		return false, pc.reply(formatPMI("initack") + formatPMI("set", "size", strconv.Itoa(s.cfg.Size)) +
-			formatPMI("set", "rank", strconv.Itoa(id)) + formatPMI("set", "debug", "0"))
+		// Closing, not replying: a barrier_out would let MPICH go on as
+		// if the fence had completed.
+		return true, err
+	}
+	return false, pc.reply(formatPMI("barrier_out"))
+}
+
+// abort serves MPI_Abort: it tells OnAbort, and nothing more is answered.
+func (pc *pmiConn) abort(m PMIMessage) {
+	code, err := m.Int("exitcode")
+	if err != nil {
+		code = 1
+	}
+	msg := m.Args["error_msg"]
+	if msg == "" {
+		msg = m.Args["msg"]
+	}
+	pc.aborted = true
+	if pc.s.cfg.OnAbort != nil {
+		pc.s.cfg.OnAbort(pc.rank, code, msg)
+	}
+}
+
+// answer serves a command that one reply line answers, and returns the
+// line.
+func (pc *pmiConn) answer(m PMIMessage) string {
+	s := pc.s
+	switch m.Cmd {
 	case "init":
 		pc.inited = true
-		return false, pc.reply(formatPMI("response_to_init", "pmi_version", "1", "pmi_subversion", "1", "rc", "0"))
+		return formatPMI("response_to_init", "pmi_version", "1", "pmi_subversion", "1", "rc", "0")
 	case "get_maxes":
-		return false, pc.reply(formatPMI("maxes", "kvsname_max", strconv.Itoa(PMIKVSNameMax),
-			"keylen_max", strconv.Itoa(PMIKeyLenMax), "vallen_max", strconv.Itoa(PMIValLenMax)))
+		return formatPMI("maxes", "kvsname_max", strconv.Itoa(PMIKVSNameMax),
+			"keylen_max", strconv.Itoa(PMIKeyLenMax), "vallen_max", strconv.Itoa(PMIValLenMax))
 	case "get_appnum":
 		app, ok := s.cfg.AppNums[pc.rank]
 		if !ok {
 			app = s.cfg.AppNum
 		}
-		return false, pc.reply(formatPMI("appnum", "appnum", strconv.Itoa(app)))
+		return formatPMI("appnum", "appnum", strconv.Itoa(app))
 	case "get_my_kvsname":
-		return false, pc.reply(formatPMI("my_kvsname", "kvsname", s.cfg.KVSName))
+		return formatPMI("my_kvsname", "kvsname", s.cfg.KVSName)
 	case "get_universe_size":
-		return false, pc.reply(formatPMI("universe_size", "size", strconv.Itoa(s.cfg.UniverseSize)))
+		return formatPMI("universe_size", "size", strconv.Itoa(s.cfg.UniverseSize))
 	case "put":
-		key, value := m.Args["key"], m.Args["value"]
-		switch {
-		case m.Args["kvsname"] != s.cfg.KVSName:
-			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "unknown_kvsname"))
-		case key == "" || len(key) >= PMIKeyLenMax:
-			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "bad_key"))
-		case len(value) >= PMIValLenMax:
-			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", "value_too_long"))
-		}
-		if err := s.local.put(pc.rank, key, value); err != nil {
-			return false, pc.reply(formatPMI("put_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
-		}
-		return false, pc.reply(formatPMI("put_result", "rc", "0", "msg", "success"))
+		return pc.put(m)
 	case "get":
-		key := m.Args["key"]
-		if m.Args["kvsname"] != s.cfg.KVSName {
-			return false, pc.reply(formatPMI("get_result", "rc", "-1", "msg", "unknown_kvsname", "value", "unknown"))
-		}
-		if v, ok := s.local.get(key); ok {
-			r := formatPMI("get_result", "rc", "0", "msg", "success", "value", v)
-			if len(r) <= PMIMaxLine-1 {
-				return false, pc.reply(r)
-			}
-		}
-		r := formatPMI("get_result", "rc", "-1", "msg", "key_"+key+"_not_found", "value", "unknown")
-		if len(r) > PMIMaxLine-1 {
-			r = formatPMI("get_result", "rc", "-1", "msg", "key_not_found", "value", "unknown")
-		}
-		return false, pc.reply(r)
-	case "barrier_in":
-		if err := s.local.barrier(ctx, pc.rank); err != nil {
-			if s.cfg.OnFenceError != nil {
-				s.cfg.OnFenceError(err)
-			}
-			// Closing, not replying: a barrier_out would let MPICH go on as
-			// if the fence had completed.
-			return true, err
-		}
-		return false, pc.reply(formatPMI("barrier_out"))
+		return pc.get(m)
 	case "finalize":
 		pc.finalized = true
-		return false, pc.reply(formatPMI("finalize_ack"))
-	case "abort":
-		code, err := m.Int("exitcode")
-		if err != nil {
-			code = 1
-		}
-		msg := m.Args["error_msg"]
-		if msg == "" {
-			msg = m.Args["msg"]
-		}
-		pc.aborted = true
-		if s.cfg.OnAbort != nil {
-			s.cfg.OnAbort(pc.rank, code, msg)
-		}
-		// No reply, and keep the connection open: MPI_Abort must block
-		// until the launcher kills the rank (pmi.md §6).
-		return false, nil
+		return formatPMI("finalize_ack")
 	case "publish_name", "unpublish_name", "lookup_name":
-		op := strings.TrimSuffix(m.Cmd, "_name")
-		if s.cfg.Names == nil {
-			return false, pc.reply(formatPMI(op+"_result", "rc", "1", "msg", "not_supported"))
-		}
-		port, err := s.cfg.Names(pc.rank, op, m.Args["service"], m.Args["port"])
-		switch {
-		case err != nil:
-			return false, pc.reply(formatPMI(op+"_result", "rc", "-1", "msg", pmiToken(err.Error(), 512)))
-		case op == "lookup" && pmiValueOK(port) && len(port) < PMIValLenMax:
-			return false, pc.reply(formatPMI(op+"_result", "port", port, "info", "ok", "rc", "0", "msg", "success"))
-		case op == "lookup":
-			return false, pc.reply(formatPMI(op+"_result", "rc", "-1", "msg", "port_cannot_travel_over_PMI"))
-		}
-		return false, pc.reply(formatPMI(op+"_result", "info", "ok", "rc", "0", "msg", "success"))
-	default:
-		s.logf("pmi: rank %d: unsupported command %q", pc.rank, m.Cmd)
-		return false, pc.reply(formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "unsupported"))
+		return pc.names(m)
 	}
+	s.logf("pmi: rank %d: unsupported command %q", pc.rank, m.Cmd)
+	return formatPMI(m.Cmd+"_result", "rc", "-1", "msg", "unsupported")
+}
+
+// put serves put: the key-value goes to the local store, within PMI's
+// bounds and the budgets.
+func (pc *pmiConn) put(m PMIMessage) string {
+	key, value := m.Args["key"], m.Args["value"]
+	switch {
+	case m.Args["kvsname"] != pc.s.cfg.KVSName:
+		return formatPMI("put_result", "rc", "-1", "msg", "unknown_kvsname")
+	case key == "" || len(key) >= PMIKeyLenMax:
+		return formatPMI("put_result", "rc", "-1", "msg", "bad_key")
+	case len(value) >= PMIValLenMax:
+		return formatPMI("put_result", "rc", "-1", "msg", "value_too_long")
+	}
+	if err := pc.s.local.put(pc.rank, key, value); err != nil {
+		return formatPMI("put_result", "rc", "-1", "msg", pmiToken(err.Error(), 512))
+	}
+	return formatPMI("put_result", "rc", "0", "msg", "success")
+}
+
+// get serves get: a value that fits MPICH's line, or not found.
+func (pc *pmiConn) get(m PMIMessage) string {
+	key := m.Args["key"]
+	if m.Args["kvsname"] != pc.s.cfg.KVSName {
+		return formatPMI("get_result", "rc", "-1", "msg", "unknown_kvsname", "value", "unknown")
+	}
+	if v, ok := pc.s.local.get(key); ok {
+		r := formatPMI("get_result", "rc", "0", "msg", "success", "value", v)
+		if len(r) <= PMIMaxLine-1 {
+			return r
+		}
+	}
+	r := formatPMI("get_result", "rc", "-1", "msg", "key_"+key+"_not_found", "value", "unknown")
+	if len(r) > PMIMaxLine-1 {
+		r = formatPMI("get_result", "rc", "-1", "msg", "key_not_found", "value", "unknown")
+	}
+	return r
+}
+
+// names serves publish_name, unpublish_name and lookup_name through
+// Names, where the server has it.
+func (pc *pmiConn) names(m PMIMessage) string {
+	op := strings.TrimSuffix(m.Cmd, "_name")
+	if pc.s.cfg.Names == nil {
+		return formatPMI(op+"_result", "rc", "1", "msg", "not_supported")
+	}
+	port, err := pc.s.cfg.Names(pc.rank, op, m.Args["service"], m.Args["port"])
+	switch {
+	case err != nil:
+		return formatPMI(op+"_result", "rc", "-1", "msg", pmiToken(err.Error(), 512))
+	case op == "lookup" && pmiValueOK(port) && len(port) < PMIValLenMax:
+		return formatPMI(op+"_result", "port", port, "info", "ok", "rc", "0", "msg", "success")
+	case op == "lookup":
+		return formatPMI(op+"_result", "rc", "-1", "msg", "port_cannot_travel_over_PMI")
+	}
+	return formatPMI(op+"_result", "info", "ok", "rc", "0", "msg", "success")
 }
 
 // maxSpawnLines bounds a multi-line command block.

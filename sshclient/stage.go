@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -554,140 +553,47 @@ func Stage(ctx context.Context, c *ssh.Client, localExe string, wantPath string,
 	fail := func(format string, args ...any) (Staged, error) {
 		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: "+format, args...), "")
 	}
-	sum, err := localHash(localExe)
+	st, err := newStaging(localExe, extra)
 	if err != nil {
 		return fail("%v", err)
 	}
-	short := sum[:16]
-	extras := make([]stagedFile, len(extra))
-	needGlibc, loader, err := GlibcNeeds(localExe)
+	probe, err := st.probe(wantPath)
 	if err != nil {
 		return fail("%v", err)
-	}
-	names := []string{"gorun"}
-	for i, p := range extra {
-		name, err := stageName(p, extra[:i])
-		if err != nil {
-			return fail("%v", err)
-		}
-		extras[i] = stagedFile{local: p, name: name}
-		names = append(names, name)
-	}
-	tok, err := token()
-	if err != nil {
-		return fail("%v", err)
-	}
-	probe := hashFunc + stampFunc + checkFunc +
-		fmt.Sprintf(probeScript, shQuote(wantPath), short, chainArgs("${H%/}", short, names...), tok, shQuote(sum))
-	if needGlibc != "" && loader != "" {
-		probe += fmt.Sprintf(probeGlibc, shQuote(loader))
-	}
-	for i, e := range extras {
-		// The stamp of a file that cannot be hashed here vouches for
-		// nothing: it is hashed there, and the error is found below.
-		want, _ := localHash(e.local)
-		probe += fmt.Sprintf(probeExtra, short, e.name, i, shQuote(want))
 	}
 	out, err := runSession(ctx, c, shCommand(probe), nil)
 	if err != nil {
 		return fail("checking %s: %v", wantPath, err)
 	}
-	var wantSum, cacheSum, home, unameOS, unameArch, haveGlibc string
-	var unsafe *UnsafeCacheError
-	noLoader := false
-	for _, line := range strings.Split(out, "\n") {
-		if u, ok := ParseUnsafe(line); ok {
-			if unsafe == nil {
-				unsafe = u
-			}
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		switch f[0] {
-		case "want":
-			if len(f) > 1 {
-				wantSum = f[1]
-			}
-		case "cache":
-			if len(f) > 1 {
-				cacheSum = f[1]
-			}
-		case "home":
-			home = strings.TrimPrefix(line, "home ")
-		case "uname":
-			if len(f) > 2 {
-				unameOS, unameArch = f[1], f[2]
-			}
-		case "libc":
-			haveGlibc = glibcVersion(strings.TrimPrefix(line, "libc "))
-		case "noloader":
-			noLoader = true
-		case "extra":
-			if len(f) > 3 {
-				if i, err := strconv.Atoi(f[1]); err == nil && i >= 0 && i < len(extras) {
-					extras[i].remoteSum, extras[i].remoteExec = f[2], f[3] == "x"
-				}
-			}
-		}
-	}
-	goos, goarch := goPlatform(unameOS, unameArch)
-	otherPlatform := goos != "" && goarch != "" && (goos != runtime.GOOS || goarch != runtime.GOARCH)
-	if needGlibc != "" && !otherPlatform && (noLoader || OlderGlibc(haveGlibc, needGlibc)) {
-		ge := &GlibcError{Need: needGlibc, Have: haveGlibc}
-		if noLoader {
-			ge.Loader = loader
+	found := st.parseProbe(out)
+	if st.needGlibc != "" && !found.otherPlatform() && (found.noLoader || OlderGlibc(found.glibc, st.needGlibc)) {
+		ge := &GlibcError{Need: st.needGlibc, Have: found.glibc}
+		if found.noLoader {
+			ge.Loader = st.loader
 		}
 		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: %w", ge), "")
 	}
-	if wantSum == sum {
+	if found.wantSum == st.sum {
 		return Staged{Path: wantPath}, nil
 	}
-	if home == "" || !strings.HasPrefix(home, "/") {
-		return fail("the remote HOME is %q, not an absolute path", home)
+	if found.home == "" || !strings.HasPrefix(found.home, "/") {
+		return fail("the remote HOME is %q, not an absolute path", found.home)
 	}
-	if unsafe != nil {
-		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: %w", unsafe), UnsafeHint)
+	if found.unsafe != nil {
+		return Staged{}, hostErr(host, Other, fmt.Errorf("staging gorun: %w", found.unsafe), UnsafeHint)
 	}
-	dir := strings.TrimSuffix(home, "/") + "/.cache/gorun/bin/" + short
-	cachePath := dir + "/gorun"
 	// The extra files are read here, before anything is copied.
-	for i := range extras {
-		e := &extras[i]
-		st, err := os.Stat(e.local)
-		if err == nil && !st.Mode().IsRegular() {
-			err = fmt.Errorf("%s is not a regular file", e.local)
-		}
-		if err != nil {
-			return fail("%v", err)
-		}
-		if e.sum, err = localHash(e.local); err != nil {
-			return fail("%v", err)
-		}
-		e.exec = st.Mode().Perm()&0o111 != 0
+	if err := st.readExtras(); err != nil {
+		return fail("%v", err)
 	}
-	done := Staged{Path: cachePath, Cached: true}
-	if cacheSum != sum {
-		if otherPlatform {
-			return Staged{}, hostErr(host, Other,
-				fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", goos, goarch, runtime.GOOS, runtime.GOARCH),
-				fmt.Sprintf("install a gorun for %s/%s at %s on it", goos, goarch, wantPath))
-		}
-		if err := copyTo(ctx, c, stagedFile{local: localExe, name: "gorun", sum: sum, exec: true}, short, cachePath); err != nil {
-			return Staged{}, copyErr(host, err)
-		}
-		done.Copied = true
+	if found.cacheSum != st.sum && found.otherPlatform() {
+		return Staged{}, hostErr(host, Other,
+			fmt.Errorf("staging gorun: the host is %s/%s but this gorun is built for %s/%s", found.goos, found.goarch, runtime.GOOS, runtime.GOARCH),
+			fmt.Sprintf("install a gorun for %s/%s at %s on it", found.goos, found.goarch, wantPath))
 	}
-	for _, e := range extras {
-		if e.remoteSum == e.sum && (e.remoteExec || !e.exec) {
-			continue
-		}
-		if err := copyTo(ctx, c, e, short, dir+"/"+e.name); err != nil {
-			return Staged{}, copyErr(host, err)
-		}
-		done.Copied = true
+	done, err := st.copy(ctx, c, strings.TrimSuffix(found.home, "/")+"/.cache/gorun/bin/"+st.short, found.cacheSum != st.sum)
+	if err != nil {
+		return Staged{}, copyErr(host, err)
 	}
 	return done, nil
 }

@@ -1,6 +1,10 @@
 package transport
 
-import "strconv"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Kind is a kind of transport that a pair of ranks talks over.
 type Kind int
@@ -47,6 +51,23 @@ const (
 )
 
 var modeNames = [...]string{ModeAuto: "auto", ModeTCP: "tcp", ModeSHM: "shm", ModePlugin: "plugin"}
+
+// ParseMode returns the Mode that a transport setting names: "" or
+// "auto", "tcp", "shm", or "plugin" (gorun bench --transport,
+// GORUN_COLL_TRANSPORT). Its error quotes the value and says what would
+// do; the caller names the setting it came from.
+func ParseMode(name string) (Mode, error) {
+	if name == "" {
+		return ModeAuto, nil
+	}
+	for m, n := range modeNames {
+		if n == name {
+			return Mode(m), nil
+		}
+	}
+	last := len(modeNames) - 1
+	return ModeAuto, fmt.Errorf("%q: want %s or %s", name, strings.Join(modeNames[:last], ", "), modeNames[last])
+}
 
 // String returns the mode's name: "auto", "tcp", "shm" or "plugin".
 func (m Mode) String() string {

@@ -1,8 +1,15 @@
 // Package selfcert makes the throwaway TLS identities of gorun's own
-// channels (the srun connect-back, the job socket): a fresh Ed25519 key
-// (cheap to make: no curve tables to build in a fresh process, unlike
-// P-256) and a self-signed certificate that nobody checks but by its
-// fingerprint, which the peer learns through a channel it already trusts.
+// channels (the srun connect-back, the per-node endpoint, the job socket):
+// a fresh Ed25519 key (cheap to make: no curve tables to build in a fresh
+// process, unlike P-256) and a self-signed certificate that nobody checks
+// but by its fingerprint, which the peer learns through a channel it
+// already trusts.
+//
+// It also holds the two ways those channels check a peer, so that they
+// are written once: the dialer pins the peer's certificate by its
+// fingerprint ([PinnedConfig]), and a party proves that it holds the
+// job's key with an HMAC bound to the TLS session ([Proof], [EKM]).
+// Both ends speak TLS 1.3 only ([ServerConfig], [ProofConfig]).
 package selfcert
 
 import (

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/connbase"
 	"github.com/gorun/gorun/internal/memreg"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
@@ -24,10 +25,11 @@ import (
 // endpoint is what both sides of a connection share: the socket, the
 // segment, the doorbells, the progress goroutine and the teardown.
 type endpoint struct {
+	connbase.Base // "shm", "pid N"
+
 	t        *Transport
 	op       string // "isend" or "irecv", for errors
-	peer     string
-	pid      int // the peer's process, for process_vm_readv
+	pid      int    // the peer's process, for process_vm_readv
 	sock     *net.UnixConn
 	seg      *segment
 	bell     *doorbell
@@ -66,7 +68,8 @@ type side interface {
 func newEndpoint(t *Transport, op string, sock *net.UnixConn, seg *segment, bell *doorbell, peerBell int, my, theirs int) endpoint {
 	pid := peerPID(sock)
 	return endpoint{
-		t: t, op: op, peer: fmt.Sprintf("pid %d", pid), pid: pid,
+		t: t, op: op, pid: pid,
+		Base: connbase.Base{Transport: "shm", PeerName: fmt.Sprintf("pid %d", pid)},
 		sock: sock, seg: seg, bell: bell, peerBell: peerBell,
 		myFlag: seg.u32(my), peerFlag: seg.u32(theirs),
 		maxReq: t.opts.MaxRequests, spin: t.opts.Spin,
@@ -74,18 +77,12 @@ func newEndpoint(t *Transport, op string, sock *net.UnixConn, seg *segment, bell
 	}
 }
 
-func (e *endpoint) start() {
+// Start starts the connection's goroutines.
+func (e *endpoint) Start() {
 	e.loops.Add(2)
 	go e.progress()
 	go e.readSock()
 	go e.monitor()
-}
-
-// Peer implements transport.Conn.
-func (e *endpoint) Peer() string { return e.peer }
-
-func (e *endpoint) opErr(op string, err error) error {
-	return &transport.PeerError{Transport: "shm", Op: op, Peer: e.peer, Err: err}
 }
 
 // usable returns the error for an operation on a connection that ended;
@@ -93,9 +90,9 @@ func (e *endpoint) opErr(op string, err error) error {
 func (e *endpoint) usable(op string) error {
 	switch {
 	case e.closed:
-		return e.opErr(op, transport.ErrClosed)
+		return e.OpErr(op, transport.ErrClosed)
 	case e.err != nil:
-		return e.opErr(op, e.err)
+		return e.OpErr(op, e.err)
 	}
 	return nil
 }
@@ -239,7 +236,7 @@ func (e *endpoint) monitor() {
 	e.loops.Wait()
 	e.mu.Lock()
 	e.down = true
-	e.side.failAll(e.opErr(e.op, e.err))
+	e.side.failAll(e.OpErr(e.op, e.err))
 	e.seg.unmap()
 	e.side.release()
 	unix.Close(e.peerBell)
@@ -329,7 +326,7 @@ func newSendConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 
 // RegMR implements transport.Conn. Memory inside a transport.Region is passed to the receiver (its memfd, once per region and connection), which maps it read-only and then copies messages straight out of it.
 func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
-	m := &memreg.Handle{Owner: c, Buf: buf}
+	m := c.NewMR(buf)
 	reg, off, ok := transport.FindRegion(buf)
 	if !ok {
 		return m, nil
@@ -351,19 +348,19 @@ func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
 	c.mu.Unlock()
 	// Pass the region's memfd and wait until the peer mapped it.
 	if err := writeMsg(c.sock, sockMsg{typ: msgReg, a: id, b: uint64(reg.Len())}.marshal(), reg.FD()); err != nil {
-		return nil, c.opErr("regmr", fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
+		return nil, c.OpErr("regmr", fmt.Errorf("%w: %v", transport.ErrPeerLost, err))
 	}
 	select {
 	case a := <-c.acks:
 		if a.a != id || a.status != statusOK {
-			return nil, c.opErr("regmr", fmt.Errorf("the peer could not map region %d", id))
+			return nil, c.OpErr("regmr", fmt.Errorf("the peer could not map region %d", id))
 		}
 	case <-c.dead:
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return nil, c.usable("regmr")
 	case <-time.After(setupTimeout):
-		return nil, c.opErr("regmr", fmt.Errorf("no answer within %v", setupTimeout))
+		return nil, c.OpErr("regmr", fmt.Errorf("no answer within %v", setupTimeout))
 	}
 	c.mu.Lock()
 	c.shared[id]++
@@ -374,7 +371,7 @@ func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
 
 // DeregMR implements transport.Conn.
 func (c *sendConn) DeregMR(mh transport.MemHandle) error {
-	m, err := memreg.Release("shm", c, mh)
+	m, err := c.ReleaseMR(mh)
 	if err != nil || m.Region == nil {
 		return err
 	}
@@ -395,7 +392,7 @@ func (c *sendConn) DeregMR(mh transport.MemHandle) error {
 
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check("shm", c, mh, buf)
+	m, err := c.CheckMR(mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -676,20 +673,9 @@ func newRecvConn(t *Transport, sock *net.UnixConn, seg *segment, bell *doorbell,
 	return c
 }
 
-// RegMR implements transport.Conn.
-func (c *recvConn) RegMR(buf []byte) (transport.MemHandle, error) {
-	return &memreg.Handle{Owner: c, Buf: buf}, nil
-}
-
-// DeregMR implements transport.Conn.
-func (c *recvConn) DeregMR(mh transport.MemHandle) error {
-	_, err := memreg.Release("shm", c, mh)
-	return err
-}
-
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check("shm", c, mh, buf)
+	m, err := c.CheckMR(mh, buf)
 	if err != nil {
 		return nil, err
 	}
@@ -797,7 +783,7 @@ func (c *recvConn) startRdv(r *recvReq, u *inbound) {
 	r.seq, r.size, r.want = u.seq, u.size, min(u.size, len(r.buf))
 	switch {
 	case c.gone || c.down:
-		c.finish(r, 0, c.opErr("irecv", fmt.Errorf("%w: closed by peer before the message was sent", transport.ErrPeerLost)))
+		c.finish(r, 0, c.OpErr("irecv", fmt.Errorf("%w: closed by peer before the message was sent", transport.ErrPeerLost)))
 	case u.zc:
 		src, ok := c.regions[u.region]
 		if !ok || u.off > uint64(len(src)) || uint64(r.want) > uint64(len(src))-u.off {
@@ -899,13 +885,13 @@ func (c *recvConn) poll() bool {
 		worked = true
 		r := c.zjobs[0]
 		if c.gone {
-			c.finish(r, 0, c.opErr("irecv", fmt.Errorf("%w: closed by peer during the transfer", transport.ErrPeerLost)))
+			c.finish(r, 0, c.OpErr("irecv", fmt.Errorf("%w: closed by peer during the transfer", transport.ErrPeerLost)))
 		} else {
 			n := min(zcopyStep, r.want-r.got)
 			if r.cma != 0 {
 				if err := c.readPeer(r.buf[r.got:r.got+n], r.cma+uint64(r.got)); err != nil {
 					if r.got > 0 {
-						c.dieLocked(c.opErr("irecv", fmt.Errorf("reading message %d from the sender: %w", r.seq, err)))
+						c.dieLocked(c.OpErr("irecv", fmt.Errorf("reading message %d from the sender: %w", r.seq, err)))
 						return false
 					}
 					// The kernel does not let this process read the

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/closers"
+	"github.com/gorun/gorun/internal/connbase"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -276,71 +276,34 @@ func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen: %w", err)
 	}
-	l := &listener{
-		t: t, ln: ln, h: h, handle: h.marshal(),
-		ready:  make(chan *recvConn),
-		hellos: make(map[*net.UnixConn]struct{}),
-		done:   make(chan struct{}),
-	}
+	l := &listener{t: t, h: h, handle: h.marshal()}
+	l.Listener = connbase.NewListener(ln, "shm", h.name, &t.conns, l.handshake)
 	if err := t.conns.Add(l); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l.Start()
 	return l, nil
 }
 
+// listener is a listening socket: connbase.Listener around the handshake
+// of shm's connections.
 type listener struct {
+	*connbase.Listener[*net.UnixConn]
 	t      *Transport
-	ln     *net.UnixListener
 	h      handle
 	handle transport.Handle
-	ready  chan *recvConn
-
-	mu     sync.Mutex
-	hellos map[*net.UnixConn]struct{}
-	closed bool
-
-	once sync.Once
-	done chan struct{}
-	wg   sync.WaitGroup
 }
 
 // Handle implements transport.Listener.
 func (l *listener) Handle() transport.Handle { return append(transport.Handle(nil), l.handle...) }
 
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.AcceptUnix()
-		if err != nil {
-			return
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			c.Close()
-			return
-		}
-		l.hellos[c] = struct{}{}
-		l.mu.Unlock()
-		l.wg.Add(1)
-		go l.handshake(c)
-	}
-}
-
 // handshake takes a connector's hello, maps its segment and answers with
 // this side's doorbell.
 func (l *listener) handshake(c *net.UnixConn) {
-	defer l.wg.Done()
 	c.SetDeadline(time.Now().Add(setupTimeout))
 	m, fds, err := readMsg(c)
-	l.mu.Lock()
-	delete(l.hellos, c)
-	closed := l.closed
-	l.mu.Unlock()
-	if err != nil || closed {
+	if open := l.Heard(c); err != nil || !open {
 		closeFDs(fds)
 		c.Close()
 		return
@@ -375,46 +338,13 @@ func (l *listener) handshake(c *net.UnixConn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	rc := newRecvConn(l.t, c, seg, bell, fds[1])
-	select {
-	case l.ready <- rc:
-	case <-l.done:
-		rc.start()
-		rc.Close()
-	}
-}
-
-// Accept implements transport.Listener.
-func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
-	select {
-	case rc := <-l.ready:
-		rc.start()
-		if err := l.t.conns.Add(rc); err != nil {
-			rc.Close()
-			return nil, fmt.Errorf("shm: accept: %w", err)
-		}
-		return rc, nil
-	case <-l.done:
-		return nil, fmt.Errorf("shm: accept on %s: %w", l.h.name, transport.ErrClosed)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	l.Deliver(newRecvConn(l.t, c, seg, bell, fds[1]))
 }
 
 // Close implements transport.Listener.
 func (l *listener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.ln.Close()
-		l.mu.Lock()
-		l.closed = true
-		for c := range l.hellos {
-			c.Close()
-		}
-		l.mu.Unlock()
-		l.wg.Wait()
-		l.t.conns.Remove(l)
-	})
+	l.Listener.Close()
+	l.t.conns.Remove(l)
 	return nil
 }
 
@@ -487,7 +417,7 @@ func (t *Transport) Connect(ctx context.Context, hb transport.Handle) (transport
 	}
 	c.SetDeadline(time.Time{})
 	sc := newSendConn(t, c, seg, bell, fds[0])
-	sc.start()
+	sc.Start()
 	if err := t.conns.Add(sc); err != nil {
 		sc.Close()
 		return nil, fmt.Errorf("shm: connect: %w", err)

@@ -57,7 +57,7 @@ func (t *Transport) AdoptSend(socks []*os.File, peer string) (transport.SendConn
 		}
 	}
 	sc := newSendConn(t, conns, peer)
-	sc.start()
+	sc.Start()
 	if err := t.conns.Add(sc); err != nil {
 		sc.Close()
 		return nil, fmt.Errorf("%s: adopt: %w", t.name, err)
@@ -76,9 +76,9 @@ func (t *Transport) AdoptRecv(socks []*os.File, peer string) (transport.RecvConn
 	rc := newRecvConn(t, conns)
 	rc.adopted = true
 	if peer != "" {
-		rc.peer = peer
+		rc.PeerName = peer
 	}
-	rc.start()
+	rc.Start()
 	if err := t.conns.Add(rc); err != nil {
 		rc.Close()
 		return nil, fmt.Errorf("%s: adopt: %w", t.name, err)

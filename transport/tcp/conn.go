@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorun/gorun/internal/connbase"
 	"github.com/gorun/gorun/internal/memreg"
 	"github.com/gorun/gorun/internal/request"
 	"github.com/gorun/gorun/internal/tagq"
@@ -41,8 +42,9 @@ func lost(err error) error {
 
 // sendConn is the send side of a connection.
 type sendConn struct {
+	connbase.Base
+
 	t      *Transport
-	peer   string
 	conns  []*net.TCPConn
 	ws     []*writer
 	eager  int
@@ -95,7 +97,8 @@ var _ transport.SendConn = (*sendConn)(nil)
 
 func newSendConn(t *Transport, conns []*net.TCPConn, peer string) *sendConn {
 	c := &sendConn{
-		t: t, peer: peer, conns: conns,
+		t: t, conns: conns,
+		Base:  connbase.Base{Transport: t.name, PeerName: peer},
 		eager: t.opts.EagerLimit, maxReq: t.opts.MaxRequests,
 		credit:     eagerWindow,
 		sends:      make(map[uint64]*sendReq),
@@ -110,7 +113,8 @@ func newSendConn(t *Transport, conns []*net.TCPConn, peer string) *sendConn {
 	return c
 }
 
-func (c *sendConn) start() {
+// Start starts the connection's writers, reader and monitor.
+func (c *sendConn) Start() {
 	for _, w := range c.ws {
 		go w.run()
 	}
@@ -118,37 +122,19 @@ func (c *sendConn) start() {
 	go c.monitor()
 }
 
-// Peer implements transport.Conn.
-func (c *sendConn) Peer() string { return c.peer }
-
-func (c *sendConn) opErr(op string, err error) error {
-	return &transport.PeerError{Transport: c.t.name, Op: op, Peer: c.peer, Err: err}
-}
-
-// RegMR implements transport.Conn.
-func (c *sendConn) RegMR(buf []byte) (transport.MemHandle, error) {
-	return &memreg.Handle{Owner: c, Buf: buf}, nil
-}
-
-// DeregMR implements transport.Conn.
-func (c *sendConn) DeregMR(mh transport.MemHandle) error {
-	_, err := memreg.Release(c.t.name, c, mh)
-	return err
-}
-
 // Isend implements transport.SendConn.
 func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check(c.t.name, c, mh, buf)
+	m, err := c.CheckMR(mh, buf)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, c.opErr("isend", transport.ErrClosed)
+		return nil, c.OpErr("isend", transport.ErrClosed)
 	}
 	if c.err != nil {
-		err := c.opErr("isend", c.err)
+		err := c.OpErr("isend", c.err)
 		c.mu.Unlock()
 		return nil, err
 	}
@@ -286,7 +272,7 @@ func (c *sendConn) monitor() {
 	c.mu.Lock()
 	sends := c.sends
 	c.sends = map[uint64]*sendReq{}
-	err := c.opErr("isend", c.err)
+	err := c.OpErr("isend", c.err)
 	c.mu.Unlock()
 	for _, r := range sends {
 		if r.mh != nil {
@@ -328,8 +314,9 @@ func (c *sendConn) Close() error {
 
 // recvConn is the receive side of a connection.
 type recvConn struct {
+	connbase.Base
+
 	t      *Transport
-	peer   string
 	conns  []*net.TCPConn
 	w      *writer // stream 0's, for CTS and CREDIT
 	maxReq int
@@ -396,7 +383,8 @@ var _ transport.RecvConn = (*recvConn)(nil)
 
 func newRecvConn(t *Transport, conns []*net.TCPConn) *recvConn {
 	c := &recvConn{
-		t: t, peer: conns[0].RemoteAddr().String(), conns: conns,
+		t: t, conns: conns,
+		Base:     connbase.Base{Transport: t.name, PeerName: conns[0].RemoteAddr().String()},
 		maxReq:   t.opts.MaxRequests,
 		active:   make(map[uint64]*recvReq),
 		pending:  make(map[*recvReq]struct{}),
@@ -410,7 +398,9 @@ func newRecvConn(t *Transport, conns []*net.TCPConn) *recvConn {
 	return c
 }
 
-func (c *recvConn) start() {
+// Start starts the connection's readers, writer and monitor, unless it
+// was closed first.
+func (c *recvConn) Start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -426,40 +416,22 @@ func (c *recvConn) start() {
 	go c.monitor()
 }
 
-// Peer implements transport.Conn.
-func (c *recvConn) Peer() string { return c.peer }
-
-func (c *recvConn) opErr(op string, err error) error {
-	return &transport.PeerError{Transport: c.t.name, Op: op, Peer: c.peer, Err: err}
-}
-
-// RegMR implements transport.Conn.
-func (c *recvConn) RegMR(buf []byte) (transport.MemHandle, error) {
-	return &memreg.Handle{Owner: c, Buf: buf}, nil
-}
-
-// DeregMR implements transport.Conn.
-func (c *recvConn) DeregMR(mh transport.MemHandle) error {
-	_, err := memreg.Release(c.t.name, c, mh)
-	return err
-}
-
 // Irecv implements transport.RecvConn.
 func (c *recvConn) Irecv(buf []byte, tag uint64, mh transport.MemHandle) (transport.Request, error) {
-	m, err := memreg.Check(c.t.name, c, mh, buf)
+	m, err := c.CheckMR(mh, buf)
 	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, c.opErr("irecv", transport.ErrClosed)
+		return nil, c.OpErr("irecv", transport.ErrClosed)
 	}
 	if c.err != nil && !c.unexpEager(tag) {
 		// Messages that arrived before the connection ended can still
 		// be received.
 		c.mu.Unlock()
-		return nil, c.opErr("irecv", c.err)
+		return nil, c.OpErr("irecv", c.err)
 	}
 	if len(c.pending) >= c.maxReq {
 		c.mu.Unlock()
@@ -722,7 +694,7 @@ func (c *recvConn) monitor() {
 	c.w.halt(0)
 	c.readers.Wait()
 	c.mu.Lock()
-	err := c.opErr("irecv", c.err)
+	err := c.OpErr("irecv", c.err)
 	for r := range c.pending {
 		c.finish(r, 0, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/closers"
+	"github.com/gorun/gorun/internal/connbase"
 	"github.com/gorun/gorun/transport"
 )
 
@@ -240,43 +241,31 @@ func (t *Transport) Listen(ctx context.Context) (transport.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tcp: listen on %s (%s): %w", t.ip, t.ifname, err)
 	}
-	l := &listener{
-		t:      t,
-		ln:     nl.(*net.TCPListener),
-		ready:  make(chan *recvConn),
-		groups: make(map[[8]byte]*group),
-		hellos: make(map[*net.TCPConn]struct{}),
-		done:   make(chan struct{}),
-	}
+	l := &listener{t: t, groups: make(map[[8]byte]*group)}
 	if _, err := rand.Read(l.nonce[:]); err != nil {
 		nl.Close()
 		return nil, fmt.Errorf("tcp: listen: %w", err)
 	}
-	l.handle = handle{ip: t.ip, port: l.ln.Addr().(*net.TCPAddr).Port, nonce: l.nonce}.marshal()
+	l.handle = handle{ip: t.ip, port: nl.Addr().(*net.TCPAddr).Port, nonce: l.nonce}.marshal()
+	l.Listener = connbase.NewListener(nl, "tcp", nl.Addr().String(), &t.conns, l.handshake)
 	if err := t.conns.Add(l); err != nil {
 		nl.Close()
 		return nil, err
 	}
-	l.wg.Add(1)
-	go l.acceptLoop()
+	l.Start()
 	return l, nil
 }
 
+// listener is a listening socket: connbase.Listener around the handshake
+// of tcp's connections, which gathers a connection's streams.
 type listener struct {
+	*connbase.Listener[*net.TCPConn]
 	t      *Transport
-	ln     *net.TCPListener
 	nonce  [16]byte
 	handle transport.Handle
-	ready  chan *recvConn
 
 	mu     sync.Mutex
-	groups map[[8]byte]*group
-	hellos map[*net.TCPConn]struct{} // streams still in their hello
-	closed bool
-
-	once sync.Once
-	done chan struct{}
-	wg   sync.WaitGroup
+	groups map[[8]byte]*group // nil once closed
 }
 
 // group gathers the streams of one connection as they arrive.
@@ -289,36 +278,14 @@ type group struct {
 // Handle implements transport.Listener.
 func (l *listener) Handle() transport.Handle { return append(transport.Handle(nil), l.handle...) }
 
-func (l *listener) acceptLoop() {
-	defer l.wg.Done()
-	for {
-		c, err := l.ln.AcceptTCP()
-		if err != nil {
-			return
-		}
-		l.mu.Lock()
-		if l.closed {
-			l.mu.Unlock()
-			c.Close()
-			return
-		}
-		l.hellos[c] = struct{}{}
-		l.mu.Unlock()
-		l.wg.Add(1)
-		go l.handshake(c)
-	}
-}
-
+// handshake takes a stream's hello and keeps the stream in its
+// connection's group; the stream that completes the group makes the
+// connection.
 func (l *listener) handshake(c *net.TCPConn) {
-	defer l.wg.Done()
 	c.SetDeadline(time.Now().Add(handshakeTimeout))
 	b := make([]byte, helloSize)
 	_, err := io.ReadFull(c, b)
-	l.mu.Lock()
-	delete(l.hellos, c)
-	closed := l.closed
-	l.mu.Unlock()
-	if err != nil || closed {
+	if open := l.Heard(c); err != nil || !open {
 		c.Close()
 		return
 	}
@@ -329,7 +296,7 @@ func (l *listener) handshake(c *net.TCPConn) {
 		return
 	}
 	l.mu.Lock()
-	if l.closed {
+	if l.groups == nil { // closed
 		l.mu.Unlock()
 		c.Close()
 		return
@@ -364,12 +331,7 @@ func (l *listener) handshake(c *net.TCPConn) {
 		}
 		sc.SetDeadline(time.Time{})
 	}
-	rc := newRecvConn(l.t, g.conns)
-	select {
-	case l.ready <- rc:
-	case <-l.done:
-		rc.Close()
-	}
+	l.Deliver(newRecvConn(l.t, g.conns))
 }
 
 func (l *listener) dropGroup(id [8]byte, g *group) {
@@ -385,43 +347,18 @@ func (l *listener) dropGroup(id [8]byte, g *group) {
 	}
 }
 
-// Accept implements transport.Listener.
-func (l *listener) Accept(ctx context.Context) (transport.RecvConn, error) {
-	select {
-	case rc := <-l.ready:
-		rc.start()
-		if err := l.t.conns.Add(rc); err != nil {
-			rc.Close()
-			return nil, fmt.Errorf("tcp: accept: %w", err)
-		}
-		return rc, nil
-	case <-l.done:
-		return nil, fmt.Errorf("tcp: accept on %s: %w", l.ln.Addr(), transport.ErrClosed)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
 // Close implements transport.Listener.
 func (l *listener) Close() error {
-	l.once.Do(func() {
-		close(l.done)
-		l.ln.Close()
-		l.mu.Lock()
-		l.closed = true
-		groups := l.groups
-		l.groups = nil
-		for c := range l.hellos {
-			c.Close()
-		}
-		l.mu.Unlock()
-		for _, g := range groups {
-			g.timer.Stop()
-			closeAll(g.conns)
-		}
-		l.wg.Wait()
-		l.t.conns.Remove(l)
-	})
+	l.mu.Lock()
+	groups := l.groups
+	l.groups = nil
+	l.mu.Unlock()
+	for _, g := range groups {
+		g.timer.Stop()
+		closeAll(g.conns)
+	}
+	l.Listener.Close()
+	l.t.conns.Remove(l)
 	return nil
 }
 
@@ -493,7 +430,7 @@ func (t *Transport) Connect(ctx context.Context, hb transport.Handle) (transport
 		c.SetDeadline(time.Time{})
 	}
 	sc := newSendConn(t, conns, addr)
-	sc.start()
+	sc.Start()
 	if err := t.conns.Add(sc); err != nil {
 		sc.Close()
 		return nil, fmt.Errorf("tcp: connect: %w", err)

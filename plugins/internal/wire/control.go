@@ -34,7 +34,8 @@ func CallOption() grpc.CallOption { return grpc.CallContentSubtype(CodecName) }
 // Empty is an empty message.
 type Empty struct{}
 
-// InfoReply describes a plugin.
+// InfoReply describes a plugin (plugins.Info, held equal by
+// TestPluginAPIStructsEqual).
 type InfoReply struct {
 	Name        string `json:"name"`
 	Version     string `json:"version"`
@@ -66,7 +67,8 @@ type InitReply struct {
 	Handoff bool `json:"handoff,omitempty"`
 }
 
-// Device is one device a transport can use (sdk.Device).
+// Device is one device a transport can use (sdk.Device and plugins.Device,
+// held equal by TestPluginAPIStructsEqual).
 type Device struct {
 	Name      string `json:"name"`
 	Provider  string `json:"provider,omitempty"`

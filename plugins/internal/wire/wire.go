@@ -188,7 +188,8 @@ type CollReq struct {
 	Recv Ref    `json:"recv"`
 }
 
-// CollOp mirrors sdk.Op (the SDK converts).
+// CollOp mirrors sdk.Op (the SDK converts; TestPluginAPIStructsEqual
+// holds their fields and JSON names equal).
 type CollOp struct {
 	Kind  string `json:"kind"`
 	DType string `json:"dtype"`
