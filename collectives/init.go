@@ -22,14 +22,14 @@ const (
 	// EnvTransport forces one transport between every pair of ranks:
 	// "tcp", or "shm" (a job on one host). Empty or "auto": shared memory
 	// inside a host, TCP across hosts.
-	EnvTransport = "GORUN_COLL_TRANSPORT"
+	EnvTransport = env.CollTransport
 	// EnvIface chooses the TCP transport's network interface, in
 	// NCCL_SOCKET_IFNAME syntax ("eth", "=eth0", "^docker,lo"). gorun's
 	// --iface sets it.
 	EnvIface = env.CollIface
 	// EnvStreams is the number of TCP streams per connection (1 to
 	// tcp.MaxStreams; default tcp.DefaultStreams).
-	EnvStreams = "GORUN_COLL_STREAMS"
+	EnvStreams = env.CollStreams
 	// EnvCMA set to 1 has large shared-memory messages read from the
 	// sender's memory (process_vm_readv, one copy) instead of going
 	// through the ring (two copies, in parallel); see shm.Options.CMA.
@@ -250,17 +250,7 @@ type progressReporter interface {
 // "auto", "tcp", "shm", or "plugin". Its error quotes the value and says
 // what would do; the caller names the setting it came from.
 func ParseTransport(name string) (transport.Mode, error) {
-	switch name {
-	case "", "auto":
-		return transport.ModeAuto, nil
-	case "tcp":
-		return transport.ModeTCP, nil
-	case "shm":
-		return transport.ModeSHM, nil
-	case "plugin":
-		return transport.ModePlugin, nil
-	}
-	return transport.ModeAuto, fmt.Errorf("%q: want auto, tcp, shm or plugin", name)
+	return transport.ParseMode(name)
 }
 
 // checkSetup checks what InitWith can check of s alone, and returns the

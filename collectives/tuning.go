@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/env"
 )
 
 // Collective names a collective operation in the algorithm table.
@@ -235,7 +237,7 @@ type Thresholds struct {
 
 // EnvThresholds is the environment variable that overrides entries of the
 // default algorithm table; see [Thresholds].
-const EnvThresholds = "GORUN_COLL_THRESHOLDS"
+const EnvThresholds = env.CollThresholds
 
 // DefaultThresholds returns the default table: Open MPI's and MPICH's
 // tuned crossovers on 25-100 Gb/s clusters (gorun's runtime design,

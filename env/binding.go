@@ -84,19 +84,14 @@ type BindingOptions struct {
 	// (every GPU, the user's or the allocation's list) and left alone.
 	Narrowed bool
 	// User names the variables the user set (gorun's environment and
-	// -x): Bindings never sets them, except the visibility variable,
-	// which it narrows from the user's own list.
+	// -x; [UserVars.Names]): Bindings never sets them, except the
+	// visibility variable, which it narrows from the user's own list.
 	User map[string]bool
-	// Unseen are the entries of an inherited CUDA_VISIBLE_DEVICES that
-	// name GPUs gorun cannot see to bind (no driver in this node's view,
-	// or GPUs that exist only for Slurm): with GPUBindSingle, local rank
-	// i of the ranks without a GPU gets the i-th of them (round robin).
-	Unseen []string
 	// Launcher is the launcher whose contract the ranks keep: where it
 	// sets no threads ([Launcher.SetsThreads]), neither does Bindings.
 	Launcher Launcher
 	// NodeCPUs is the number of CPUs the node grants the job
-	// (SLURM_CPUS_ON_NODE), 0 when unknown: unbound ranks get
+	// ([UserVars.NodeCPUs]), 0 when unknown: unbound ranks get
 	// OMP_NUM_THREADS of an even share of them.
 	NodeCPUs int
 }
@@ -128,7 +123,9 @@ type RankHints struct {
 //     all ranks of a node must agree on NCCL_IB_HCA (NCCL issue 1478);
 //   - with a NIC: UCX_NET_DEVICES=<ibdev>:1 or <netdev>, per rank, as UCX
 //     wants it;
-//   - ranks without a GPU, with GPUBindSingle: one entry of o.Unseen;
+//   - ranks without a GPU, with GPUBindSingle: one entry of the granted
+//     list gorun does not place (the plan's Unplaced: MIG instances, GPUs
+//     this node's view lacks), local rank i the i-th, round robin;
 //   - when bound to CPUs: OMP_NUM_THREADS, the rank's CPUs divided by the
 //     number of ranks bound to the very same set (1 at least); unbound,
 //     an even share of o.NodeCPUs when known; none where o.Launcher sets
@@ -183,9 +180,10 @@ func Bindings(plan []topology.RankBinding, o BindingOptions) (hints []RankHints,
 				set(UCXNetDevices, c.Name)
 			}
 		}
-		if b.GPU == nil && o.GPUBind == GPUBindSingle && len(o.Unseen) > 0 {
-			h.Vars = append(h.Vars, CUDAVisibleDevices+"="+o.Unseen[i%len(o.Unseen)])
-			notes = append(notes, "sees only "+o.Unseen[i%len(o.Unseen)]+" of the inherited "+CUDAVisibleDevices+", as device 0 (--gpu-bind single)")
+		if u := b.Unplaced; b.GPU == nil && o.GPUBind == GPUBindSingle && u != nil && len(u.IDs) > 0 {
+			vis, id := VisibilityVar(u.Vendor), u.IDs[i%len(u.IDs)]
+			h.Vars = append(h.Vars, vis+"="+id)
+			notes = append(notes, "sees only "+id+" of the inherited "+vis+", as device 0 (--gpu-bind single)")
 		}
 		switch {
 		case !o.Launcher.SetsThreads():
@@ -253,29 +251,56 @@ func plural(n int, what string) string {
 	return strconv.Itoa(n) + " " + what + "s"
 }
 
-// NewBindingOptions returns the options of Bindings for ranks whose
-// environment is environ (the agent's, then the -x exports: the last value
-// of a name wins) with --gpu-bind gpuBind: every name set there is the
-// user's; SLURM_CPUS_ON_NODE gives the node's CPUs; and the entries of
-// CUDA_VISIBLE_DEVICES are Unseen's candidates, for the caller to set where
-// gorun sees none of those GPUs.
-func NewBindingOptions(gpuBind GPUBind, environ []string) (o BindingOptions, granted []string) {
-	o = BindingOptions{GPUBind: gpuBind, User: map[string]bool{}}
+// slurmCPUsOnNode is the number of CPUs Slurm grants the job on the node.
+const slurmCPUsOnNode = "SLURM_CPUS_ON_NODE"
+
+// UserVars are the user's variables that shape a node's binding, read
+// once from the ranks' environment ([ReadUserVars]): the launcher makes
+// the plan's options (package topology) and those of [Bindings] from them.
+type UserVars struct {
+	// Names are the names of every variable set (OMP_NUM_THREADS,
+	// CUDA_DEVICE_ORDER, UCX_NET_DEVICES, ...): [Bindings] sets none of
+	// them ([BindingOptions.User]).
+	Names map[string]bool
+	// NodeCPUs is SLURM_CPUS_ON_NODE, the CPUs the node grants the job; 0
+	// when unset or not a number.
+	NodeCPUs int
+	// GPUs are the lists of the GPU visibility variables that are set,
+	// CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and ZE_AFFINITY_MASK in
+	// that order: what the user, Slurm or the allocation grants, for the
+	// plan to place (topology.GPUGrant.Lists).
+	GPUs []topology.GPUList
+}
+
+// ReadUserVars reads the user's variables that shape a node's binding
+// from environ (the agent's environment, then the -x exports: the last
+// value of a name wins, as for a process started with them). It is the
+// one reader of the GPU visibility variables: each list's entries are
+// trimmed and empty ones dropped.
+func ReadUserVars(environ []string) UserVars {
+	u := UserVars{Names: map[string]bool{}}
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		o.User[name] = true
+		u.Names[name] = true
 	}
-	if v, ok := Lookup(environ, "SLURM_CPUS_ON_NODE"); ok {
-		o.NodeCPUs, _ = strconv.Atoi(v)
+	if v, ok := Lookup(environ, slurmCPUsOnNode); ok {
+		u.NodeCPUs, _ = strconv.Atoi(v)
 	}
-	if v, ok := Lookup(environ, CUDAVisibleDevices); ok {
-		for _, g := range strings.Split(v, ",") {
-			if g = strings.TrimSpace(g); g != "" {
-				granted = append(granted, g)
+	for _, vendor := range []string{topology.VendorNVIDIA, topology.VendorAMD, topology.VendorIntel} {
+		name := VisibilityVar(vendor)
+		v, ok := Lookup(environ, name)
+		if !ok {
+			continue
+		}
+		l := topology.GPUList{Vendor: vendor, Var: name, Value: v}
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				l.IDs = append(l.IDs, id)
 			}
 		}
+		u.GPUs = append(u.GPUs, l)
 	}
-	return o, granted
+	return u
 }
 
 // Lookup returns the value of name in environ (NAME=value pairs, the last

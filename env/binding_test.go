@@ -2,6 +2,7 @@ package env
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,6 +68,11 @@ func vars(t *testing.T, kvs []string) map[string]string {
 		m[k] = v
 	}
 	return m
+}
+
+// grant is what the ranks' environment environ grants of the node's GPUs.
+func grant(environ ...string) topology.GPUGrant {
+	return topology.GPUGrant{Lists: ReadUserVars(environ).GPUs}
 }
 
 // perRank are the variables that may differ between the ranks of a node.
@@ -228,13 +234,13 @@ func TestBindings(t *testing.T) {
 		{
 			// The user's CUDA_VISIBLE_DEVICES=6,1: rank 0 is next to GPU 6,
 			// its device 0; nothing rewrites the user's list.
-			name: "dgx the user's list", node: dgx, bind: topology.BindOptions{LocalRanks: 2, VisibleGPUs: []int{6, 1}},
+			name: "dgx the user's list", node: dgx, bind: topology.BindOptions{LocalRanks: 2, Grant: grant("CUDA_VISIBLE_DEVICES=6,1")},
 			opts: BindingOptions{User: map[string]bool{CUDAVisibleDevices: true}},
 			want: []string{"CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_6:1 OMP_NUM_THREADS=112", "CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_1:1 OMP_NUM_THREADS=112"},
 			note: "sees the 2 GPUs visible on the node, its GPU as device 0",
 		},
 		{
-			name: "dgx --include 0,4: the same narrowed list on every rank", node: dgx, bind: topology.BindOptions{LocalRanks: 2, VisibleGPUs: []int{0, 4}},
+			name: "dgx --include 0,4: the same narrowed list on every rank", node: dgx, bind: topology.BindOptions{LocalRanks: 2, Grant: grant("CUDA_VISIBLE_DEVICES=0,4")},
 			opts: BindingOptions{Narrowed: true},
 			want: []string{
 				"CUDA_VISIBLE_DEVICES=" + uuid(dgx, 0) + "," + uuid(dgx, 4) + " CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_0:1 OMP_NUM_THREADS=112",
@@ -243,7 +249,7 @@ func TestBindings(t *testing.T) {
 			note: "sees the 2 GPUs of --include/--exclude, its GPU as device 0",
 		},
 		{
-			name: "dgx single narrows the user's list too", node: dgx, bind: topology.BindOptions{LocalRanks: 1, VisibleGPUs: []int{3}},
+			name: "dgx single narrows the user's list too", node: dgx, bind: topology.BindOptions{LocalRanks: 1, Grant: grant("CUDA_VISIBLE_DEVICES=3")},
 			opts: BindingOptions{GPUBind: GPUBindSingle, User: map[string]bool{CUDAVisibleDevices: true}},
 			want: []string{"CUDA_VISIBLE_DEVICES=" + uuid(dgx, 3) + " CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_3:1 OMP_NUM_THREADS=112"},
 		},
@@ -252,18 +258,18 @@ func TestBindings(t *testing.T) {
 			want: []string{"UCX_NET_DEVICES=mlx5_0:1 OMP_NUM_THREADS=16", "UCX_NET_DEVICES=mlx5_0:1 OMP_NUM_THREADS=16"},
 		},
 		{
-			name: "sysfs only, single: the index", node: loadFixture(t, "pcie-4gpu (sysfs)"), bind: topology.BindOptions{LocalRanks: 2, VisibleGPUs: []int{2, 3}},
+			name: "sysfs only, single: the index", node: loadFixture(t, "pcie-4gpu (sysfs)"), bind: topology.BindOptions{LocalRanks: 2, Grant: grant("CUDA_VISIBLE_DEVICES=2,3")},
 			opts: BindingOptions{GPUBind: GPUBindSingle},
 			want: []string{"CUDA_VISIBLE_DEVICES=2 CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_0:1 OMP_NUM_THREADS=8",
 				"CUDA_VISIBLE_DEVICES=3 CUDA_DEVICE_ORDER=PCI_BUS_ID UCX_NET_DEVICES=mlx5_0:1 OMP_NUM_THREADS=8"},
 		},
 		{
-			name: "mi300x single: ROCR_VISIBLE_DEVICES, not HIP_VISIBLE_DEVICES", node: mi300x, bind: topology.BindOptions{LocalRanks: 2, VisibleGPUs: []int{4, 5}},
+			name: "mi300x single: ROCR_VISIBLE_DEVICES, not HIP_VISIBLE_DEVICES", node: mi300x, bind: topology.BindOptions{LocalRanks: 2, Grant: grant("ROCR_VISIBLE_DEVICES=4,5")},
 			opts: BindingOptions{GPUBind: GPUBindSingle},
 			want: []string{"ROCR_VISIBLE_DEVICES=4 UCX_NET_DEVICES=mlx5_4:1 OMP_NUM_THREADS=96", "ROCR_VISIBLE_DEVICES=5 UCX_NET_DEVICES=mlx5_5:1 OMP_NUM_THREADS=96"},
 		},
 		{
-			name: "intel-max --include: ZE_AFFINITY_MASK of cards", node: max, bind: topology.BindOptions{LocalRanks: 2, VisibleGPUs: []int{0, 3}},
+			name: "intel-max --include: ZE_AFFINITY_MASK of cards", node: max, bind: topology.BindOptions{LocalRanks: 2, Grant: grant("ZE_AFFINITY_MASK=0,3")},
 			opts: BindingOptions{Narrowed: true},
 			want: []string{"ZE_AFFINITY_MASK=0,3 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE UCX_NET_DEVICES=hsn0 OMP_NUM_THREADS=104",
 				"ZE_AFFINITY_MASK=0,3 ZE_FLAT_DEVICE_HIERARCHY=COMPOSITE UCX_NET_DEVICES=hsn4 OMP_NUM_THREADS=104"},
@@ -293,11 +299,12 @@ func TestBindings(t *testing.T) {
 // --gpu-bind single, and never by default; the node's CPUs are shared.
 func TestBindingsUnbound(t *testing.T) {
 	t.Parallel()
-	plan := make([]topology.RankBinding, 3)
-	for i := range plan {
-		plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone}
-	}
-	join := func(o BindingOptions) string {
+	unplaced := &ReadUserVars([]string{"CUDA_VISIBLE_DEVICES=2,3"}).GPUs[0]
+	join := func(o BindingOptions, unplaced *topology.GPUList) string {
+		plan := make([]topology.RankBinding, 3)
+		for i := range plan {
+			plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone, Unplaced: unplaced}
+		}
 		hints, node := Bindings(plan, o)
 		if node != "" {
 			t.Errorf("node note %q for ranks without GPUs", node)
@@ -308,21 +315,20 @@ func TestBindingsUnbound(t *testing.T) {
 		}
 		return strings.Join(s, "|")
 	}
-	unseen := []string{"2", "3"}
-	if got := join(BindingOptions{Unseen: unseen}); got != "||" {
+	if got := join(BindingOptions{}, unplaced); got != "||" {
 		t.Errorf("default: %q", got)
 	}
-	if got := join(BindingOptions{Unseen: unseen, GPUBind: GPUBindSingle}); got != "CUDA_VISIBLE_DEVICES=2|CUDA_VISIBLE_DEVICES=3|CUDA_VISIBLE_DEVICES=2" {
+	if got := join(BindingOptions{GPUBind: GPUBindSingle}, unplaced); got != "CUDA_VISIBLE_DEVICES=2|CUDA_VISIBLE_DEVICES=3|CUDA_VISIBLE_DEVICES=2" {
 		t.Errorf("single: %q", got)
 	}
-	if got := join(BindingOptions{NodeCPUs: 8}); got != "OMP_NUM_THREADS=2|OMP_NUM_THREADS=2|OMP_NUM_THREADS=2" {
+	if got := join(BindingOptions{NodeCPUs: 8}, nil); got != "OMP_NUM_THREADS=2|OMP_NUM_THREADS=2|OMP_NUM_THREADS=2" {
 		t.Errorf("8 CPUs: %q", got)
 	}
-	if got := join(BindingOptions{NodeCPUs: 8, User: map[string]bool{OMPNumThreads: true}}); got != "||" {
+	if got := join(BindingOptions{NodeCPUs: 8, User: map[string]bool{OMPNumThreads: true}}, nil); got != "||" {
 		t.Errorf("8 CPUs, the user's OMP_NUM_THREADS: %q", got)
 	}
 	for _, l := range []Launcher{MPIRun, MPIExec} {
-		if got := join(BindingOptions{NodeCPUs: 8, Launcher: l}); got != "||" {
+		if got := join(BindingOptions{NodeCPUs: 8, Launcher: l}, nil); got != "||" {
 			t.Errorf("8 CPUs under %s, which sets no threads: %q", l, got)
 		}
 	}
@@ -353,20 +359,48 @@ func TestBuildVisibilityLast(t *testing.T) {
 	}
 }
 
-// The options read from a rank's environment: the user's names, the
-// node's CPUs from Slurm, and the inherited CUDA_VISIBLE_DEVICES' entries,
-// the last value of a name winning.
-func TestNewBindingOptions(t *testing.T) {
+// The user's variables, read once from the ranks' environment (the
+// agent's, then -x: the last value of a name wins): every name set, the
+// node's CPUs from Slurm, and each vendor's GPU visibility list, parsed.
+func TestReadUserVars(t *testing.T) {
 	t.Parallel()
-	o, granted := NewBindingOptions(GPUBindSingle, []string{"CUDA_VISIBLE_DEVICES=0,1", "SLURM_CPUS_ON_NODE=8", "FOO=x", "CUDA_VISIBLE_DEVICES= 2, ,3"})
-	if o.GPUBind != GPUBindSingle || o.NodeCPUs != 8 || !o.User["FOO"] || !o.User[CUDAVisibleDevices] || o.User["BAR"] {
-		t.Errorf("options %+v", o)
+	type list struct{ vendor, name, value, ids string }
+	tests := []struct {
+		name     string
+		environ  []string
+		nodeCPUs int
+		gpus     []list
+	}{
+		{name: "nothing set"},
+		{name: "the user's names", environ: []string{"FOO=x", "OMP_NUM_THREADS=4", "EMPTY=", "FOO=y"}},
+		{name: "Slurm's CPUs", environ: []string{"SLURM_CPUS_ON_NODE=8"}, nodeCPUs: 8},
+		{name: "Slurm's CPUs, not a number", environ: []string{"SLURM_CPUS_ON_NODE=8(x2)"}},
+		{name: "CUDA's list, -x winning", environ: []string{"CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES= 2, ,3"},
+			gpus: []list{{topology.VendorNVIDIA, CUDAVisibleDevices, " 2, ,3", "2|3"}}},
+		{name: "an empty list grants none", environ: []string{"CUDA_VISIBLE_DEVICES="}, gpus: []list{{topology.VendorNVIDIA, CUDAVisibleDevices, "", ""}}},
+		{name: "UUIDs and MIG instances as written", environ: []string{"CUDA_VISIBLE_DEVICES=GPU-6b1f,MIG-aaaa"},
+			gpus: []list{{topology.VendorNVIDIA, CUDAVisibleDevices, "GPU-6b1f,MIG-aaaa", "GPU-6b1f|MIG-aaaa"}}},
+		{name: "every vendor's, in one order", environ: []string{"ZE_AFFINITY_MASK=1", "ROCR_VISIBLE_DEVICES=1,2", "CUDA_VISIBLE_DEVICES=0"},
+			gpus: []list{{topology.VendorNVIDIA, CUDAVisibleDevices, "0", "0"}, {topology.VendorAMD, ROCRVisibleDevices, "1,2", "1|2"}, {topology.VendorIntel, ZEAffinityMask, "1", "1"}}},
+		{name: "HIP's and NVIDIA's container list are not read", environ: []string{"HIP_VISIBLE_DEVICES=1", "NVIDIA_VISIBLE_DEVICES=GPU-1"}},
 	}
-	if !slices.Equal(granted, []string{"2", "3"}) {
-		t.Errorf("granted %q", granted)
-	}
-	if _, granted := NewBindingOptions(GPUBindAll, nil); granted != nil {
-		t.Errorf("granted %q without CUDA_VISIBLE_DEVICES", granted)
+	for _, tt := range tests {
+		u := ReadUserVars(tt.environ)
+		want := map[string]bool{}
+		for _, kv := range tt.environ {
+			name, _, _ := strings.Cut(kv, "=")
+			want[name] = true
+		}
+		if !maps.Equal(u.Names, want) || u.NodeCPUs != tt.nodeCPUs {
+			t.Errorf("%s: names %v, node CPUs %d; want %v, %d CPUs", tt.name, u.Names, u.NodeCPUs, want, tt.nodeCPUs)
+		}
+		var got []list
+		for _, l := range u.GPUs {
+			got = append(got, list{l.Vendor, l.Var, l.Value, strings.Join(l.IDs, "|")})
+		}
+		if !slices.Equal(got, tt.gpus) {
+			t.Errorf("%s: GPU lists %q, want %q", tt.name, got, tt.gpus)
+		}
 	}
 	if v, ok := Lookup([]string{"A=1", "B=2", "A="}, "A"); !ok || v != "" {
 		t.Errorf("Lookup A = %q, %v", v, ok)

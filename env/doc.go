@@ -13,6 +13,11 @@
 // its runtime numbers i, and no NCCL variable differs between the ranks of
 // a node. Narrowing each rank to its own GPU is GPUBindSingle.
 //
+// It is also the one place that reads the user's variables that shape a
+// binding ([ReadUserVars]: the GPU visibility lists, Slurm's CPUs on the
+// node, the names the user set), into a typed value that the launcher
+// turns into topology's options.
+//
 // It is the one place in gorun that decides a rank's variables: the agent
 // calls [Build] for every rank it starts, and `gorun --print-env` shows the
 // result of the same call. The package does no I/O and reads no process

@@ -157,6 +157,21 @@ func validName(s string) bool {
 // transport of Go ranks' collectives (package collectives reads it).
 const CollIface = "GORUN_COLL_IFACE"
 
+// The variables through which `gorun bench --transport`, --streams and
+// --thresholds reach Go ranks' collectives (package collectives reads
+// them, and documents them as its EnvTransport, EnvStreams and
+// EnvThresholds).
+const (
+	// CollTransport forces one transport between every pair of ranks
+	// (transport.ParseMode's names).
+	CollTransport = "GORUN_COLL_TRANSPORT"
+	// CollStreams is the number of TCP streams per connection.
+	CollStreams = "GORUN_COLL_STREAMS"
+	// CollThresholds overrides entries of the collectives' algorithm
+	// table.
+	CollThresholds = "GORUN_COLL_THRESHOLDS"
+)
+
 // WithIface returns exports with CollIface=iface added, so that the
 // collectives use the interface --iface names, unless iface is empty or
 // exports set CollIface already (-x wins).

@@ -63,7 +63,7 @@ func newLaunchPlan(l control.Launch) *launchPlan {
 		used = l.Spawned.SlotsUsed
 	}
 	if used == 0 {
-		p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(l, p.base)
+		p.setBindings(bindings(l, p.base))
 	} else {
 		all := l
 		all.Ranks = make([]control.RankSpec, used, used+len(l.Ranks))
@@ -72,7 +72,7 @@ func newLaunchPlan(l control.Launch) *launchPlan {
 		}
 		all.Ranks = append(all.Ranks, l.Ranks...)
 		all.LocalWorldSize = len(all.Ranks)
-		p.plan, p.hints, p.report, p.topo, p.bindErr = bindings(all, p.base)
+		p.setBindings(bindings(all, p.base))
 		if len(p.plan) == len(all.Ranks) {
 			p.plan = p.plan[used:]
 		}

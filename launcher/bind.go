@@ -1,10 +1,9 @@
 package launcher
 
 import (
-	"errors"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/env"
+	"github.com/gorun/gorun/internal/intranges"
 	"github.com/gorun/gorun/launcher/control"
 	"github.com/gorun/gorun/topology"
 	"github.com/gorun/gorun/topology/nvmllib"
@@ -63,7 +63,7 @@ func bindArgv(b *topology.RankBinding, path string, argv []string) (string, []st
 		cpus = b.CPUs.String()
 	}
 	if len(b.Mems) > 0 {
-		mems = topology.NewCPUSet(b.Mems...).String()
+		mems = intranges.Format(b.Mems)
 	}
 	return self, append([]string{self, BindExecCommand, cpus, mems, path}, argv...)
 }
@@ -97,23 +97,6 @@ func localNode(withNVML bool) (*topology.Node, error) {
 	return c.node, c.err
 }
 
-// needsNVML says whether binding the ranks of a launch needs NVML's
-// answers: for --report-bindings (UUIDs, MIG), for --gpu-bind single
-// (each rank's GPU by UUID, which holds whatever CUDA_DEVICE_ORDER says),
-// and to find GPUs that the ranks' environment names by UUID.
-func needsNVML(l control.Launch, environ []string) bool {
-	if b, _ := env.ParseGPUBind(l.Bind.GPUBind); l.Bind.Report || b == env.GPUBindSingle {
-		return true
-	}
-	for _, kv := range environ {
-		name, v, _ := strings.Cut(kv, "=")
-		if name == env.CUDAVisibleDevices && strings.Contains(v, "GPU-") {
-			return true
-		}
-	}
-	return false
-}
-
 // topoSummary is a one-line description of a node, for comparing hosts:
 // "2 packages, 2 NUMA nodes, 224 CPUs, 8 GPUs, 8 NICs up".
 func topoSummary(n *topology.Node) string {
@@ -127,66 +110,121 @@ func topoSummary(n *topology.Node) string {
 	return fmt.Sprintf("%d packages, %d NUMA nodes, %d CPUs, %s, %d NICs up", len(n.Packages), len(n.NUMANodes), len(n.CPUs), gpus, up)
 }
 
-// bindings plans the bindings of a launch's ranks on this host, their
-// variables (hints, one per rank) and the --report-bindings text. No plan
-// (nil) means: start the ranks unbound.
-func bindings(l control.Launch, base []string) (plan []topology.RankBinding, hints []env.RankHints, report, topo string, err error) {
-	to, err := topology.ParseBindTo(l.Bind.To)
+// hostBindings are the bindings of a launch's ranks on this host, and a
+// summary of the host's topology when the plan looked at it.
+type hostBindings struct {
+	NodeBindings
+	Topo string
+}
+
+// bindings binds a launch's ranks on this host: env reads the user's
+// variables once (the agent's environment base, then the -x exports),
+// the launch's Bind and they become the typed options of topology's plan
+// and env's variables (bindRequest), topology plans (without looking at
+// the node where nothing is bound, as for a launch that asks for no
+// binding and has none to get), and env turns the plan into variables.
+// No plan (nil) means: start the ranks unbound.
+func bindings(l control.Launch, base []string) (hostBindings, error) {
+	user := env.ReadUserVars(append(slices.Clip(base), l.Exports...))
+	req, err := newBindRequest(l.Bind, len(l.Ranks), l.WorldSize, env.Launcher(l.Personality), user)
 	if err != nil {
-		return nil, nil, "", "", err
+		return hostBindings{}, err
 	}
-	gpuBind, err := env.ParseGPUBind(l.Bind.GPUBind)
+	if !req.report {
+		plan, ok, err := topology.PlanWithoutNode(os.DirFS("/"), req.plan)
+		if err != nil {
+			return hostBindings{}, err
+		}
+		if ok {
+			hints, _ := env.Bindings(plan, req.vars)
+			return hostBindings{NodeBindings: NodeBindings{Plan: plan, Hints: hints}}, nil
+		}
+	}
+	n, err := localNode(req.needsNVML())
 	if err != nil {
-		return nil, nil, "", "", err
-	}
-	all := append(append([]string(nil), base...), l.Exports...)
-	// Unbound without looking at the node, unless a report is wanted: no
-	// binding asked and none to be had (oversubscribed, or no GPU under a
-	// rule that binds only GPUs).
-	lch := env.Launcher(l.Personality)
-	gpus := -1 // unknown
-	if !l.Bind.Report && to == topology.BindDefault && !l.Bind.Oversubscribed && !defaultRule(lch).BindsWithoutGPUs() {
-		gpus = topology.LocalGPUs()
-	}
-	if !l.Bind.Report && (to == topology.BindNone || to == topology.BindDefault && (l.Bind.Oversubscribed || gpus == 0)) {
-		o, granted := env.NewBindingOptions(gpuBind, all)
-		o.Launcher = lch
-		if gpus < 0 {
-			gpus = topology.LocalGPUs()
-		}
-		if gpus == 0 {
-			o.Unseen = granted
-		} else if gpuBind == env.GPUBindSingle {
-			why := "--bind-to none"
-			if to == topology.BindDefault {
-				why = "the node is oversubscribed"
-			}
-			return nil, nil, "", "", fmt.Errorf("--gpu-bind single: the ranks are not bound to GPUs (%s); use --bind-to gpu", why)
-		}
-		plan = make([]topology.RankBinding, len(l.Ranks))
-		for i := range plan {
-			plan[i] = topology.RankBinding{LocalRank: i, BindTo: topology.BindNone}
-		}
-		hints, _ = env.Bindings(plan, o)
-		return plan, hints, "", "", nil
-	}
-	n, err := localNode(needsNVML(l, all))
-	if err != nil {
-		return nil, nil, "", "", fmt.Errorf("discover the node: %w", err)
+		return hostBindings{}, fmt.Errorf("discover the node: %w", err)
 	}
 	// Only the CPUs this agent may run on: a resource manager's cpuset
 	// (Slurm's cgroup or task affinity), or a taskset around gorun.
 	n = n.Restrict(allowedCPUs())
-	topo = topoSummary(n)
+	hb := hostBindings{Topo: topoSummary(n)}
 	ranks := make([]int, len(l.Ranks))
 	for i, s := range l.Ranks {
 		ranks[i] = s.Rank
 	}
-	nb, err := BindNode(n, l.Host, ranks, l.WorldSize, l.Bind, lch, all)
+	hb.NodeBindings, err = req.bind(n, l.Host, ranks)
+	return hb, err
+}
+
+// setBindings keeps what bindings returned in p (called by newLaunchPlan).
+func (p *launchPlan) setBindings(hb hostBindings, err error) {
+	p.plan, p.hints, p.report, p.topo, p.bindErr = hb.Plan, hb.Hints, hb.Report, hb.Topo, err
+}
+
+// bindRequest is what a launch asks of its ranks' binding on a node, as
+// typed options: topology's for the plan, env's for its variables.
+type bindRequest struct {
+	plan   topology.BindOptions
+	vars   env.BindingOptions
+	report bool // --report-bindings
+}
+
+// newBindRequest turns b, the binding a launch asks for local ranks of a
+// job of job ranks (0: local) under the contract of launcher lch
+// (env.Launcher: "" for gorun's), and the user's variables u into the
+// options of the plan and its variables: the mode and its rule (see
+// defaultRule), the usable GPUs (the visibility lists of u, narrowed to
+// b's GPU slots), --gpu-bind, and the names and CPUs u says.
+func newBindRequest(b control.Bind, local, job int, lch env.Launcher, u env.UserVars) (bindRequest, error) {
+	to, err := topology.ParseBindTo(b.To)
 	if err != nil {
-		return nil, nil, "", topo, err
+		return bindRequest{}, err
 	}
-	return nb.Plan, nb.Hints, nb.Report, topo, nil
+	gpuBind, err := env.ParseGPUBind(b.GPUBind)
+	if err != nil {
+		return bindRequest{}, err
+	}
+	return bindRequest{
+		plan: topology.BindOptions{LocalRanks: local, JobRanks: job, BindTo: to, Default: defaultRule(lch), MapBy: b.MapBy,
+			CPUsPerRank: b.CPUsPerRank, Oversubscribed: b.Oversubscribed,
+			Grant: topology.GPUGrant{Lists: u.GPUs, Slots: b.GPUs}, OwnGPU: gpuBind == env.GPUBindSingle},
+		vars:   env.BindingOptions{GPUBind: gpuBind, Narrowed: b.GPUs != nil, User: u.Names, Launcher: lch, NodeCPUs: u.NodeCPUs},
+		report: b.Report,
+	}, nil
+}
+
+// needsNVML says whether binding the ranks needs NVML's answers: for
+// --report-bindings (UUIDs, MIG), and where the plan wants the GPUs'
+// UUIDs (--gpu-bind single, GPUs the user names by UUID). NVML's Init
+// takes a second or more on a node whose driver is not kept loaded.
+func (r bindRequest) needsNVML() bool { return r.report || r.plan.NeedsUUIDs() }
+
+// bind plans the bindings of the ranks ranks (job-wide numbers, in local
+// rank order) on node n, named host: topology plans, env turns the plan
+// into each rank's variables, and the report (when asked) shows both.
+func (r bindRequest) bind(n *topology.Node, host string, ranks []int) (NodeBindings, error) {
+	plan, err := topology.PlanBindings(n, r.plan)
+	if err != nil {
+		return NodeBindings{}, err
+	}
+	nb := NodeBindings{Plan: plan}
+	var node string
+	nb.Hints, node = env.Bindings(plan, r.vars)
+	if r.report {
+		var sb strings.Builder
+		if node != "" {
+			fmt.Fprintf(&sb, "%s: %s\n", host, node)
+		}
+		shown := slices.Clone(plan)
+		for i := range shown {
+			if nb.Hints[i].Note != "" {
+				shown[i].Why += "; " + nb.Hints[i].Note
+			}
+		}
+		topology.FormatBindingsOf(&sb, host, ranks, shown)
+		nb.Report = sb.String()
+	}
+	return nb, nil
 }
 
 // NodeBindings are the bindings of a node's ranks.
@@ -206,69 +244,14 @@ type NodeBindings struct {
 // (the agent's, then the -x exports: the GPUs a visibility variable
 // grants, the variables the user set), under the contract of launcher
 // lch (env.Launcher: "" for gorun's), whose rule binds the ranks when b
-// asks for no binding (see defaultRule). The agent calls it for the
-// ranks it starts; `gorun topo --plan` for a recorded machine.
+// asks for no binding (see defaultRule). The agent binds its ranks so;
+// `gorun topo --plan` calls it for a recorded machine.
 func BindNode(n *topology.Node, host string, ranks []int, jobRanks int, b control.Bind, lch env.Launcher, environ []string) (NodeBindings, error) {
-	var nb NodeBindings
-	to, err := topology.ParseBindTo(b.To)
+	req, err := newBindRequest(b, len(ranks), jobRanks, lch, env.ReadUserVars(environ))
 	if err != nil {
-		return nb, err
+		return NodeBindings{}, err
 	}
-	gpuBind, err := env.ParseGPUBind(b.GPUBind)
-	if err != nil {
-		return nb, err
-	}
-	o, granted := env.NewBindingOptions(gpuBind, environ)
-	o.Launcher = lch
-	vis, narrowed, err := jobGPUs(n, b.GPUs, environ)
-	// MIG instances, which gorun does not place: no rank gets a GPU of its
-	// own, and they get the list as it is (one instance each with
-	// --gpu-bind single).
-	mig := errors.Is(err, errMIG) && b.GPUs == nil && to != topology.BindGPU
-	if errors.Is(err, errMIG) && to == topology.BindGPU {
-		return nb, fmt.Errorf("--bind-to gpu: %w, which gorun does not place on GPUs; without --bind-to gpu the ranks run unbound with them", err)
-	}
-	if err != nil && !mig {
-		return nb, err
-	}
-	var migErr error
-	if mig {
-		vis, migErr = []int{}, err
-	}
-	bo := topology.BindOptions{LocalRanks: len(ranks), JobRanks: jobRanks, BindTo: to, Default: defaultRule(lch), MapBy: b.MapBy,
-		CPUsPerRank: b.CPUsPerRank, Oversubscribed: b.Oversubscribed, VisibleGPUs: vis}
-	if nb.Plan, err = topology.PlanBindings(n, bo); err != nil {
-		return nb, err
-	}
-	switch {
-	case mig:
-		o.Unseen = granted
-		for i := range nb.Plan {
-			nb.Plan[i].Why = strings.Replace(nb.Plan[i].Why, "no GPUs visible", "no GPU of its own", 1) + "; " + migErr.Error() + ", which gorun does not place"
-		}
-	case len(topology.BindableGPUs(n)) == 0:
-		o.Unseen = granted
-	case gpuBind == env.GPUBindSingle && nb.Plan[0].GPU == nil:
-		return nb, fmt.Errorf("--gpu-bind single: the ranks are not bound to GPUs (%s); use --bind-to gpu", nb.Plan[0].Why)
-	}
-	o.Narrowed = narrowed
-	var node string
-	nb.Hints, node = env.Bindings(nb.Plan, o)
-	if b.Report {
-		var sb strings.Builder
-		if node != "" {
-			fmt.Fprintf(&sb, "%s: %s\n", host, node)
-		}
-		shown := append([]topology.RankBinding(nil), nb.Plan...)
-		for i := range shown {
-			if nb.Hints[i].Note != "" {
-				shown[i].Why += "; " + nb.Hints[i].Note
-			}
-		}
-		topology.FormatBindingsOf(&sb, host, ranks, shown)
-		nb.Report = sb.String()
-	}
-	return nb, nil
+	return req.bind(n, host, ranks)
 }
 
 // defaultRule is the rule that binds the ranks of launcher lch when no
@@ -302,99 +285,6 @@ func (nb NodeBindings) ReportWithEnv(host string) string {
 		}
 	}
 	return sb.String()
-}
-
-// jobGPUs returns the GPUs the job may use on node n, as indexes into
-// n.GPUs in the order the ranks' runtime numbers them, and whether gorun
-// itself narrowed them: the GPU slots of --include/--exclude (slots, GPU
-// indexes), within what the environment environ (the agent's, then -x)
-// grants in the GPUs' visibility variable (CUDA_VISIBLE_DEVICES, set by
-// the user or by Slurm; ROCR_VISIBLE_DEVICES for AMD GPUs;
-// ZE_AFFINITY_MASK for Intel's). nil means every GPU.
-func jobGPUs(n *topology.Node, slots []int, environ []string) (vis []int, narrowed bool, err error) {
-	if len(n.GPUs) == 0 {
-		return nil, false, nil
-	}
-	name := envVisibility(n)
-	if granted, ok := env.Lookup(environ, name); ok {
-		if vis, err = visibleGPUs(n, name, granted); err != nil {
-			return nil, false, err
-		}
-	}
-	if slots != nil {
-		idx := make([]string, len(slots))
-		for i, g := range slots {
-			idx[i] = fmt.Sprint(g)
-		}
-		inc, err := visibleGPUs(n, "--include/--exclude", strings.Join(idx, ","))
-		if err != nil {
-			return nil, false, err
-		}
-		sort.Ints(inc)
-		if vis != nil {
-			inc = intersect(inc, vis)
-		}
-		return inc, true, nil
-	}
-	return vis, false, nil
-}
-
-// envVisibility is the visibility variable of the GPUs that ranks are
-// bound to on n.
-func envVisibility(n *topology.Node) string {
-	b := topology.BindableGPUs(n)
-	if len(b) == 0 {
-		return env.CUDAVisibleDevices
-	}
-	return env.VisibilityVar(n.GPUs[b[0]].Vendor)
-}
-
-// intersect keeps the elements of a that are in b, in a's order.
-func intersect(a, b []int) []int {
-	out := []int{}
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				out = append(out, x)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// errMIG is wrapped by the error of a visibility list that names MIG
-// instances (MIG-<uuid>), which gorun does not map to their GPUs.
-var errMIG = errors.New("MIG instances")
-
-// visibleGPUs maps a list of GPUs as a visibility variable (what, for
-// errors) writes them (indexes in PCI bus order, or UUIDs and their
-// prefixes) to positions in n.GPUs, among the GPUs ranks are bound to.
-func visibleGPUs(n *topology.Node, what, v string) ([]int, error) {
-	bindable := topology.BindableGPUs(n)
-	out := []int{}
-	for _, item := range strings.Split(v, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			continue
-		}
-		if strings.HasPrefix(item, "MIG-") {
-			return nil, fmt.Errorf("%s=%s names %w", what, v, errMIG)
-		}
-		found := -1
-		for k, i := range bindable {
-			g := n.GPUs[i]
-			if item == strconv.Itoa(k) || g.UUID != "" && (item == g.UUID || strings.HasPrefix(item, "GPU-") && strings.HasPrefix(g.UUID, item)) {
-				found = i
-				break
-			}
-		}
-		if found < 0 {
-			return nil, fmt.Errorf("%s=%s: no GPU %q on this host (%d GPUs)", what, v, item, len(bindable))
-		}
-		out = append(out, found)
-	}
-	return out, nil
 }
 
 // allowedCPUs is the set of CPUs this process may run on.

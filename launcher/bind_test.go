@@ -12,72 +12,89 @@ import (
 	"github.com/gorun/gorun/topology"
 )
 
-func TestVisibleGPUs(t *testing.T) {
+// A launch's binding becomes typed options: topology's for the plan
+// (the mode, the rule of the launch's launcher, the usable GPUs from the
+// user's lists and the host's GPU slots, --gpu-bind single as a GPU of
+// each rank's own) and env's for its variables.
+func TestNewBindRequest(t *testing.T) {
 	t.Parallel()
-	nv := func(i int, uuid, bus string) topology.GPU {
-		return topology.GPU{Index: i, Vendor: topology.VendorNVIDIA, UUID: uuid, BusID: bus}
-	}
-	n := &topology.Node{GPUs: []topology.GPU{nv(0, "GPU-aaaa-1", "0000:01:00.0"), nv(1, "GPU-bbbb-2", "0000:02:00.0"), nv(2, "GPU-cccc-3", "0000:03:00.0")}}
+	cuda := env.ReadUserVars([]string{"CUDA_VISIBLE_DEVICES=3,1", "SLURM_CPUS_ON_NODE=8", "OMP_NUM_THREADS=2"})
 	tests := []struct {
-		in      string
-		want    []int
-		wantErr bool
+		name string
+		bind control.Bind
+		lch  env.Launcher
+		user env.UserVars
+		plan topology.BindOptions
+		vars env.BindingOptions
 	}{
-		{in: "2,0", want: []int{2, 0}}, // CUDA's order: device 0 is GPU 2
-		{in: "GPU-bbbb-2", want: []int{1}},
-		{in: "GPU-cccc", want: []int{2}}, // a UUID prefix, as CUDA accepts
-		{in: "", want: []int{}},
-		{in: "7", wantErr: true},
-		{in: "MIG-0c2f", wantErr: true},
+		{name: "nothing asked", plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4}, vars: env.BindingOptions{GPUBind: env.GPUBindAll}},
+		{name: "every option", bind: control.Bind{To: "Socket", MapBy: "numa", CPUsPerRank: 2, Oversubscribed: true, GPUBind: "single"},
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4, BindTo: topology.BindPackage, MapBy: "numa", CPUsPerRank: 2, Oversubscribed: true, OwnGPU: true},
+			vars: env.BindingOptions{GPUBind: env.GPUBindSingle}},
+		{name: "mpirun's rule and contract", lch: env.MPIRun,
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4, Default: topology.RuleOpenMPI}, vars: env.BindingOptions{GPUBind: env.GPUBindAll, Launcher: env.MPIRun}},
+		{name: "mpiexec's rule", lch: env.MPIExec,
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4, Default: topology.RuleHydra}, vars: env.BindingOptions{GPUBind: env.GPUBindAll, Launcher: env.MPIExec}},
+		{name: "torchrun: gorun's rule", lch: env.TorchRun,
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4}, vars: env.BindingOptions{GPUBind: env.GPUBindAll, Launcher: env.TorchRun}},
+		{name: "the user's variables", user: cuda,
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4, Grant: topology.GPUGrant{Lists: cuda.GPUs}},
+			vars: env.BindingOptions{GPUBind: env.GPUBindAll, User: cuda.Names, NodeCPUs: 8}},
+		{name: "--include GPU slots narrow", bind: control.Bind{GPUs: []int{0, 2}}, user: cuda,
+			plan: topology.BindOptions{LocalRanks: 2, JobRanks: 4, Grant: topology.GPUGrant{Lists: cuda.GPUs, Slots: []int{0, 2}}},
+			vars: env.BindingOptions{GPUBind: env.GPUBindAll, Narrowed: true, User: cuda.Names, NodeCPUs: 8}},
 	}
 	for _, tt := range tests {
-		got, err := visibleGPUs(n, "CUDA_VISIBLE_DEVICES", tt.in)
-		if (err != nil) != tt.wantErr || !tt.wantErr && !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("visibleGPUs(%q) = %v, %v; want %v (error %v)", tt.in, got, err, tt.want, tt.wantErr)
+		req, err := newBindRequest(tt.bind, 2, 4, tt.lch, tt.user)
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
 		}
-		if err != nil && !strings.Contains(err.Error(), "CUDA_VISIBLE_DEVICES="+tt.in) {
-			t.Errorf("visibleGPUs(%q): the error does not name the variable: %v", tt.in, err)
+		if !reflect.DeepEqual(req.plan, tt.plan) || !reflect.DeepEqual(req.vars, tt.vars) {
+			t.Errorf("%s:\n plan %+v\nwant %+v\n vars %+v\nwant %+v", tt.name, req.plan, tt.plan, req.vars, tt.vars)
 		}
 	}
-	// --include w0:0,2 on a host whose CUDA_VISIBLE_DEVICES grants 2 and 1.
-	if got := intersect([]int{0, 2}, []int{2, 1}); !reflect.DeepEqual(got, []int{2}) {
-		t.Errorf("intersect = %v", got)
+	for _, b := range []control.Bind{{To: "hwthread"}, {GPUBind: "closest"}} {
+		if _, err := newBindRequest(b, 1, 1, env.Gorun, env.UserVars{}); err == nil {
+			t.Errorf("%+v: no error", b)
+		}
 	}
 }
 
-// The GPUs a job may use: every GPU unless the environment grants some
-// (the vendor's own variable, the last value winning), and gorun narrows
-// them only for --include/--exclude GPU slots.
-func TestJobGPUs(t *testing.T) {
+// The GPUs a job may use on a node follow the environment the agent
+// passes on (the vendor's own variable, the last value winning) and the
+// host's GPU slots, which gorun then names to the ranks.
+func TestBindNodeGrant(t *testing.T) {
 	t.Parallel()
-	gpus := func(vendor string, k int) *topology.Node {
-		n := &topology.Node{}
-		for i := range k {
-			n.GPUs = append(n.GPUs, topology.GPU{Index: i, Vendor: vendor, BusID: "0000:0" + string(rune('1'+i)) + ":00.0"})
-		}
-		return n
-	}
+	dgx := fixtureNode(t, "dgx-h100")
 	tests := []struct {
-		name     string
-		node     *topology.Node
-		slots    []int
-		env      []string
-		want     []int
-		narrowed bool
+		name    string
+		slots   []int
+		environ []string
+		gpus    []int  // each rank's GPU
+		vis     string // rank 0's CUDA_VISIBLE_DEVICES, "" unset
 	}{
-		{"every GPU", gpus(topology.VendorNVIDIA, 4), nil, nil, nil, false},
-		{"the user's list, in its order", gpus(topology.VendorNVIDIA, 4), nil, []string{"CUDA_VISIBLE_DEVICES=3,1"}, []int{3, 1}, false},
-		{"-x wins over the agent's", gpus(topology.VendorNVIDIA, 4), nil, []string{"CUDA_VISIBLE_DEVICES=3,1", "CUDA_VISIBLE_DEVICES=2"}, []int{2}, false},
-		{"--include slots", gpus(topology.VendorNVIDIA, 4), []int{2, 0}, nil, []int{0, 2}, true},
-		{"--include within the grant", gpus(topology.VendorNVIDIA, 4), []int{0, 2}, []string{"CUDA_VISIBLE_DEVICES=2,1"}, []int{2}, true},
-		{"AMD reads ROCR_VISIBLE_DEVICES", gpus(topology.VendorAMD, 4), nil, []string{"CUDA_VISIBLE_DEVICES=0", "ROCR_VISIBLE_DEVICES=1,2"}, []int{1, 2}, false},
-		{"Intel reads ZE_AFFINITY_MASK", gpus(topology.VendorIntel, 2), nil, []string{"ZE_AFFINITY_MASK=1"}, []int{1}, false},
-		{"no GPUs", &topology.Node{}, nil, []string{"CUDA_VISIBLE_DEVICES=0,1"}, nil, false},
+		{"every GPU", nil, nil, []int{0, 1}, ""},
+		{"the user's list, in its order", nil, []string{"CUDA_VISIBLE_DEVICES=3,1"}, []int{3, 1}, ""},
+		{"-x wins over the agent's", nil, []string{"CUDA_VISIBLE_DEVICES=3,1", "CUDA_VISIBLE_DEVICES=6,2"}, []int{6, 2}, ""},
+		{"another vendor's list", nil, []string{"ROCR_VISIBLE_DEVICES=5"}, []int{0, 1}, ""},
+		{"--include slots", []int{4, 0}, nil, []int{0, 4}, "0,4"},
+		{"--include within the grant", []int{0, 2, 5}, []string{"CUDA_VISIBLE_DEVICES=5,1,2"}, []int{2, 5}, "2,5"},
 	}
 	for _, tt := range tests {
-		got, narrowed, err := jobGPUs(tt.node, tt.slots, tt.env)
-		if err != nil || !reflect.DeepEqual(got, tt.want) || narrowed != tt.narrowed {
-			t.Errorf("%s: jobGPUs = %v, %v, %v; want %v, %v", tt.name, got, narrowed, err, tt.want, tt.narrowed)
+		nb, err := BindNode(dgx, "h", []int{0, 1}, 2, control.Bind{GPUs: tt.slots}, env.Gorun, tt.environ)
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		for i, b := range nb.Plan {
+			if b.GPU == nil || b.GPU.Index != tt.gpus[i] {
+				t.Errorf("%s: rank %d: GPU %v, want %d", tt.name, i, b.GPU, tt.gpus[i])
+			}
+		}
+		vis, _ := env.Lookup(nb.Hints[0].Vars, env.CUDAVisibleDevices)
+		if vis != tt.vis {
+			t.Errorf("%s: CUDA_VISIBLE_DEVICES=%q, want %q", tt.name, vis, tt.vis)
 		}
 	}
 }
@@ -94,10 +111,11 @@ func TestUnboundBindings(t *testing.T) {
 	vars := func(base []string, gpuBind string, exports ...string) string {
 		t.Helper()
 		l.Bind.GPUBind, l.Exports = gpuBind, exports
-		plan, hints, _, _, err := bindings(l, base)
+		hb, err := bindings(l, base)
 		if err != nil {
 			t.Fatal(err)
 		}
+		plan, hints := hb.Plan, hb.Hints
 		if len(plan) != 3 || len(hints) != 3 {
 			t.Fatalf("plan %v, hints %v", plan, hints)
 		}
@@ -127,7 +145,7 @@ func TestUnboundBindings(t *testing.T) {
 		t.Errorf("with the user's OMP_NUM_THREADS: %q", got)
 	}
 	l.Bind.GPUBind = "closest"
-	if _, _, _, _, err := bindings(l, nil); err == nil || !strings.Contains(err.Error(), `gpu-bind "closest"`) {
+	if _, err := bindings(l, nil); err == nil || !strings.Contains(err.Error(), `gpu-bind "closest"`) {
 		t.Errorf("--gpu-bind closest: %v", err)
 	}
 }
@@ -151,7 +169,8 @@ func TestNeedsNVML(t *testing.T) {
 		{control.Bind{GPUBind: "all"}, []string{"NVIDIA_VISIBLE_DEVICES=GPU-1"}, false},
 	}
 	for _, tt := range tests {
-		if got := needsNVML(control.Launch{Bind: tt.bind}, tt.env); got != tt.want {
+		req, err := newBindRequest(tt.bind, 1, 1, env.Gorun, env.ReadUserVars(tt.env))
+		if got := req.needsNVML(); err != nil || got != tt.want {
 			t.Errorf("needsNVML(%+v, %v) = %v, want %v", tt.bind, tt.env, got, tt.want)
 		}
 	}
@@ -257,21 +276,22 @@ func TestBindingsPerLauncher(t *testing.T) {
 	l := control.Launch{Ranks: []control.RankSpec{{Rank: 0}, {Rank: 1, LocalRank: 1}}, WorldSize: 2, LocalWorldSize: 2}
 	for _, lch := range []env.Launcher{env.Gorun, env.TorchRun, env.MPIExec} {
 		l.Personality = string(lch)
-		plan, _, _, _, err := bindings(l, nil)
+		hb, err := bindings(l, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, b := range plan {
+		for i, b := range hb.Plan {
 			if !b.CPUs.IsEmpty() || b.GPU != nil {
 				t.Errorf("%q: rank %d bound: %+v", lch, i, b)
 			}
 		}
 	}
 	l.Personality = string(env.MPIRun)
-	plan, _, _, _, err := bindings(l, nil)
+	hb, err := bindings(l, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan := hb.Plan
 	if len(plan) != 2 {
 		t.Fatalf("plan %+v", plan)
 	}

@@ -7,6 +7,7 @@ package topology
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,12 +140,17 @@ type BindOptions struct {
 	// is an error. With BindNUMA and BindPackage it only sizes the slots
 	// the ranks are mapped to.
 	CPUsPerRank int
-	// VisibleGPUs are the GPUs the job may use on this node, as indexes
-	// into Node.GPUs, in the order the ranks' GPU runtime numbers them
-	// (the order of CUDA_VISIBLE_DEVICES): local rank i gets the i-th. nil
-	// means every GPU of the node's GPU vendor (BindableGPUs), in PCI bus
-	// order; an empty non-nil slice means none.
-	VisibleGPUs []int
+	// Grant says which GPUs the job may use on this node (the usable
+	// GPUs), in the order the ranks' GPU runtime numbers them (the order
+	// of CUDA_VISIBLE_DEVICES): local rank i gets the i-th. The zero
+	// value grants every GPU of the node's GPU vendor (BindableGPUs), in
+	// PCI bus order; see GPUGrant.
+	Grant GPUGrant
+	// OwnGPU says that each rank must see a GPU of its own (--gpu-bind
+	// single): a plan that binds the ranks to no GPU is an error, except
+	// where gorun places none of the granted GPUs (a node without GPUs,
+	// MIG instances), whose ranks then get the grant's list (Unplaced).
+	OwnGPU bool
 	// Oversubscribed says the node runs more ranks than slots: with
 	// BindDefault nothing is bound; with an explicit BindTo, ranks may
 	// share GPUs, cores and CPU blocks instead of failing.
@@ -172,7 +178,7 @@ type RankBinding struct {
 	// CPUs), pointing into Node.NICs; nil when unbound or no NIC is up.
 	NIC *NIC
 	// Visible are the GPUs the job may use on this node, in the order its
-	// GPU runtime numbers them (BindOptions.VisibleGPUs), pointing into
+	// GPU runtime numbers them (BindOptions.Grant), pointing into
 	// Node.GPUs; nil unless BindTo is BindGPU. Every rank of the node
 	// gets the same slice.
 	Visible []*GPU
@@ -180,6 +186,12 @@ type RankBinding struct {
 	// runtime gives its GPU while every GPU of Visible stays visible
 	// (LOCAL_RANK, when the node has as many GPUs as ranks).
 	Device int
+	// Unplaced is the grant's list (BindOptions.Grant) where it names GPUs
+	// that gorun does not place, so that no rank has a GPU: MIG instances,
+	// or the NVIDIA list on a node that shows no GPU (a resource manager
+	// granted GPUs this node's view lacks). nil otherwise. Every rank of
+	// the node gets the same list; package env hands it out.
+	Unplaced *GPUList
 	// Why explains the binding in one line.
 	Why string
 }
@@ -236,7 +248,7 @@ func unionCores(cores []bindCore) CPUSet {
 // turns it into the ranks' variables.
 //
 // BindGPU (the default on a node with visible GPUs): local rank i gets
-// the i-th visible GPU (in PCI bus order unless o.VisibleGPUs orders
+// the i-th usable GPU (in PCI bus order unless o.Grant orders
 // them), the one its runtime numbers i while all of them stay visible,
 // so that a script's device LOCAL_RANK is its GPU, even where the GPUs
 // are not numbered in NUMA order (its Why says so); more ranks than visible GPUs is an
@@ -271,29 +283,64 @@ func unionCores(cores []bindCore) CPUSet {
 // bind to core: ..."). BindNone binds nothing; BindDefault with
 // o.Oversubscribed binds nothing either. Every rank's Why says which rule
 // applied.
+//
+// The usable GPUs are those o.Grant grants on n: an error where its list
+// names a GPU the node lacks, or one twice. Where it names MIG instances,
+// which gorun does not place, no GPU is usable, each rank's Why says so
+// and every rank gets the list (Unplaced); with BindGPU that is an error.
+// On a node without GPUs every rank gets the grant's NVIDIA list. With
+// o.OwnGPU, ranks that get no GPU elsewhere are an error.
 func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
+	mode, err := o.check(n)
+	if err != nil {
+		return nil, err
+	}
+	usable, mig, err := o.usableGPUs(n, mode)
+	if err != nil {
+		return nil, err
+	}
+	out, err := planRanks(n, o, mode, usable)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.placeGrant(n, out, mig); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// check checks o for planning on n, and returns its mode.
+func (o BindOptions) check(n *Node) (BindTo, error) {
 	if n == nil {
-		return nil, fmt.Errorf("plan bindings: no node")
+		return "", fmt.Errorf("plan bindings: no node")
 	}
 	if o.LocalRanks < 1 {
-		return nil, fmt.Errorf("plan bindings: %d local ranks", o.LocalRanks)
+		return "", fmt.Errorf("plan bindings: %d local ranks", o.LocalRanks)
 	}
 	if o.CPUsPerRank < 0 {
-		return nil, fmt.Errorf("plan bindings: --cpus-per-rank %d", o.CPUsPerRank)
+		return "", fmt.Errorf("plan bindings: --cpus-per-rank %d", o.CPUsPerRank)
 	}
 	mode, err := ParseBindTo(string(o.BindTo))
 	if err != nil {
-		return nil, fmt.Errorf("plan bindings: %w", err)
+		return "", fmt.Errorf("plan bindings: %w", err)
 	}
 	switch o.MapBy {
 	case "", MapBySlot, MapByNUMA, MapByPackage:
 	default:
-		return nil, fmt.Errorf("plan bindings: map-by %q: want slot, numa or package", o.MapBy)
+		return "", fmt.Errorf("plan bindings: map-by %q: want slot, numa or package", o.MapBy)
 	}
-	visible, err := visibleGPUs(n, o.VisibleGPUs)
-	if err != nil {
-		return nil, err
-	}
+	return mode, nil
+}
+
+// NeedsUUIDs reports whether a plan for o wants the GPUs' UUIDs, which
+// only NVML gives (discovery from sysfs alone has none): to find the GPUs
+// that o.Grant names by UUID, and, with o.OwnGPU, to name each rank's
+// own GPU whatever order its runtime numbers GPUs in.
+func (o BindOptions) NeedsUUIDs() bool { return o.OwnGPU || o.Grant.namesUUIDs() }
+
+// planRanks binds o's ranks on n as mode asks, to the usable GPUs usable
+// (indexes into n.GPUs) where it binds GPUs.
+func planRanks(n *Node, o BindOptions, mode BindTo, usable []int) ([]RankBinding, error) {
 	out := make([]RankBinding, o.LocalRanks)
 	for i := range out {
 		out[i] = RankBinding{LocalRank: i, BindTo: BindNone}
@@ -301,7 +348,7 @@ func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 	rule := "" // the default rule that chose mode, to start each Why
 	switch mode {
 	case BindDefault:
-		mode, rule = o.Default.choose(n, o, len(visible))
+		mode, rule = o.Default.choose(n, o, len(usable))
 		if mode == BindNone {
 			for i := range out {
 				out[i].Why = rule
@@ -314,8 +361,9 @@ func PlanBindings(n *Node, o BindOptions) ([]RankBinding, error) {
 		}
 		return out, nil
 	}
+	var err error
 	if mode == BindGPU {
-		err = planGPU(n, o, visible, out)
+		err = planGPU(n, o, usable, out)
 	} else {
 		err = planCPU(n, o, mode, out)
 	}
@@ -403,213 +451,11 @@ func (r DefaultRule) openMPI(n *Node, o BindOptions, few string) (BindTo, string
 	return mode, rule
 }
 
-// visibleGPUs returns the indexes into n.GPUs the job may use, in the
-// order given.
-func visibleGPUs(n *Node, vis []int) ([]int, error) {
-	if vis == nil {
-		return BindableGPUs(n), nil
-	}
-	seen := map[int]bool{}
-	out := make([]int, 0, len(vis))
-	for _, g := range vis {
-		if g < 0 || g >= len(n.GPUs) {
-			return nil, fmt.Errorf("plan bindings: visible GPU %d: the node has %d GPUs", g, len(n.GPUs))
-		}
-		if seen[g] {
-			return nil, fmt.Errorf("plan bindings: visible GPU %d listed twice", g)
-		}
-		seen[g] = true
-		out = append(out, g)
-	}
-	return out, nil
-}
-
-// gpuDomain is the CPUs a GPU's ranks split: its NUMA node's, else its
-// affinity, else every CPU.
-type gpuDomain struct {
-	label string // "NUMA 1"
-	cpus  CPUSet
-	mems  []int
-	ranks []int // local ranks, in order
-}
-
-func planGPU(n *Node, o BindOptions, visible []int, out []RankBinding) error {
-	if len(visible) == 0 {
-		return fmt.Errorf("plan bindings: bind to gpu: the node has no visible GPUs (%d in all)", len(n.GPUs))
-	}
-	if len(out) > len(visible) && !o.Oversubscribed {
-		return fmt.Errorf("plan bindings: %d local ranks but %d visible GPUs: one rank per GPU; --bind-to core, numa, package or none runs more ranks than GPUs (without GPU assignment)",
-			len(out), len(visible))
-	}
-	var all CPUSet
-	for _, c := range n.CPUs {
-		all.Add(c.ID)
-	}
-	vis := make([]*GPU, len(visible))
-	for k, gi := range visible {
-		vis[k] = &n.GPUs[gi]
-	}
-	domains := map[string]*gpuDomain{}
-	var order []*gpuDomain
-	gpuOf := make([]int, len(out))
-	for i := range out {
-		gi := visible[i%len(visible)]
-		g := &n.GPUs[gi]
-		gpuOf[i] = gi
-		out[i].Visible, out[i].Device = vis, i%len(visible)
-		var d gpuDomain
-		switch {
-		case g.NUMA >= 0 && !n.CPUsOfNUMA(g.NUMA).IsEmpty():
-			d = gpuDomain{label: "NUMA " + strconv.Itoa(g.NUMA), cpus: n.CPUsOfNUMA(g.NUMA), mems: []int{g.NUMA}}
-		case !g.CPUs.IsEmpty():
-			d = gpuDomain{label: "GPU " + strconv.Itoa(g.Index) + "'s local CPUs", cpus: g.CPUs}
-			if g.NUMA >= 0 {
-				d.mems = []int{g.NUMA}
-			}
-		default:
-			d = gpuDomain{label: "the node", cpus: all}
-		}
-		key := d.cpus.String()
-		if domains[key] == nil {
-			domains[key] = &d
-			order = append(order, &d)
-		}
-		domains[key].ranks = append(domains[key].ranks, i)
-	}
-	cores := nodeCores(n)
-	for _, d := range order {
-		// The domain's whole cores, as units; threads when cores are too few.
-		var units []CPUSet
-		for _, c := range cores {
-			if in := c.cpus.Intersect(d.cpus); !in.IsEmpty() {
-				units = append(units, in)
-			}
-		}
-		unit := "cores"
-		k := len(d.ranks)
-		if len(units) < k {
-			unit = "CPUs"
-			units = units[:0]
-			for _, c := range d.cpus.CPUs() {
-				units = append(units, NewCPUSet(c))
-			}
-		}
-		total := len(units)
-		share := func(j int) (start, size int) {
-			q, r := total/k, total%k
-			start = j*q + min(j, r)
-			size = q
-			if j < r {
-				size++
-			}
-			return
-		}
-		for j, i := range d.ranks {
-			g := &n.GPUs[gpuOf[i]]
-			b := &out[i]
-			b.BindTo, b.GPU, b.Mems = BindGPU, g, d.mems
-			why := fmt.Sprintf("%s%s is on %s", g.Name(), gpuName(g), d.label)
-			if g.MIG {
-				why += " (MIG mode on)"
-			}
-			if total < k {
-				if !o.Oversubscribed {
-					return fmt.Errorf("plan bindings: %d ranks share the GPUs on %s, which has %d CPUs: fewer CPUs than ranks", k, d.label, total)
-				}
-				b.CPUs = d.cpus
-				b.Why = why + fmt.Sprintf("; all %d CPUs of %s, shared by %d ranks (oversubscribed)", total, d.label, k)
-				continue
-			}
-			start, size := share(j)
-			if o.CPUsPerRank > 0 {
-				if o.CPUsPerRank > size {
-					return fmt.Errorf("plan bindings: --cpus-per-rank %d: %s has %d %s for %d ranks (%d for local rank %d)",
-						o.CPUsPerRank, d.label, total, unit, k, size, i)
-				}
-				size = o.CPUsPerRank
-			}
-			var set CPUSet
-			for _, u := range units[start : start+size] {
-				set = set.Union(u)
-			}
-			b.CPUs = set
-			if size == 1 {
-				why += fmt.Sprintf("; %s %d of %s's %d", strings.TrimSuffix(unit, "s"), start, d.label, total)
-			} else {
-				why += fmt.Sprintf("; %s %d-%d of %s's %d", unit, start, start+size-1, d.label, total)
-			}
-			switch {
-			case k > 1:
-				why += fmt.Sprintf(" (%d ranks share it)", k)
-			default:
-				why += " (the only rank there)"
-			}
-			if o.CPUsPerRank > 0 {
-				why += fmt.Sprintf(", capped at --cpus-per-rank %d", o.CPUsPerRank)
-			}
-			b.Why = why
-		}
-	}
-	noteOrder(out)
-	used := map[int]int{}
-	for i := range out {
-		j, cls := pickNIC(n, used, func(j int) LinkKind { return n.Link(GPURef(gpuOf[i]), NICRef(j)).Kind })
-		if j < 0 {
-			out[i].Why += "; no NIC is up"
-			continue
-		}
-		out[i].NIC = &n.NICs[j]
-		out[i].Why += fmt.Sprintf("; NIC %s %s", nicName(&n.NICs[j]), gpuNICPhrase(cls))
-	}
-	return nil
-}
-
-// noteOrder says, on each rank concerned, where pairing local rank i with
-// GPU i puts ranks on other NUMA nodes than pairing them in NUMA order
-// would (GPUs 0 and 1 on NUMA node 1, GPUs 2 and 3 on node 0): gorun
-// keeps GPU i for local rank i, since scripts take their device from
-// LOCAL_RANK.
-func noteOrder(out []RankBinding) {
-	byNUMA := make([]*GPU, len(out))
-	for i := range out {
-		byNUMA[i] = out[i].GPU
-	}
-	sort.SliceStable(byNUMA, func(a, b int) bool { return byNUMA[a].NUMA < byNUMA[b].NUMA })
-	for i := range out {
-		if g := out[i].GPU; g.NUMA != byNUMA[i].NUMA {
-			out[i].Why += fmt.Sprintf("; local rank %d keeps %s although the GPUs are not numbered in NUMA order (in NUMA order it would be on NUMA %d): "+
-				"local rank i always gets GPU i, the device LOCAL_RANK names", i, g.Name(), byNUMA[i].NUMA)
-		}
-	}
-}
-
-func gpuName(g *GPU) string {
-	if g.UUID == "" {
-		return ""
-	}
-	return " (" + g.UUID + ")"
-}
-
 func nicName(c *NIC) string {
 	if c.IBDevice != "" {
 		return c.IBDevice
 	}
 	return c.Name
-}
-
-func gpuNICPhrase(k LinkKind) string {
-	switch k {
-	case LinkPIX:
-		return "shares its PCIe switch (PIX)"
-	case LinkPXB:
-		return "is behind its PCIe switches (PXB)"
-	case LinkPHB:
-		return "shares its PCIe root complex (PHB)"
-	case LinkNODE:
-		return "is on its NUMA node (NODE)"
-	default:
-		return "is across the CPU interconnect (SYS): no closer NIC is up"
-	}
 }
 
 // pickNIC returns the up NIC with the closest link by class, then with
@@ -644,160 +490,11 @@ func pickNIC(n *Node, used map[int]int, class func(j int) LinkKind) (int, LinkKi
 	return best, bestK
 }
 
-func planCPU(n *Node, o BindOptions, mode BindTo, out []RankBinding) error {
-	cores := nodeCores(n)
-	if len(cores) == 0 {
-		return fmt.Errorf("plan bindings: bind to %s: the node lists no CPUs", mode)
-	}
-	per := max(o.CPUsPerRank, 1)
-	mapBy := o.MapBy
-	if mapBy == "" {
-		mapBy = map[BindTo]string{BindCore: MapBySlot, BindNUMA: MapByNUMA, BindPackage: MapByPackage}[mode]
-	}
-	// The groups the ranks are dealt over, each with its cores in order.
-	type group struct {
-		label string
-		cores []bindCore
-		next  int
-	}
-	var groups []*group
-	idx := map[int]*group{}
-	add := func(id int, label string, c bindCore) {
-		g := idx[id]
-		if g == nil {
-			g = &group{label: label}
-			idx[id] = g
-			groups = append(groups, g)
-		}
-		g.cores = append(g.cores, c)
-	}
-	for _, c := range cores {
-		switch mapBy {
-		case MapBySlot:
-			add(0, "the node", c)
-		case MapByNUMA:
-			add(c.numa, "NUMA "+strconv.Itoa(c.numa), c)
-		case MapByPackage:
-			add(c.pkg, "package "+strconv.Itoa(c.pkg), c)
-		}
-	}
-	sort.SliceStable(groups, func(i, j int) bool {
-		a, b := groups[i].cores[0], groups[j].cores[0]
-		if mapBy == MapByPackage {
-			return a.pkg < b.pkg
-		}
-		return a.numa < b.numa
-	})
-	how := map[string]string{MapBySlot: "mapped by slot", MapByNUMA: "mapped round-robin by NUMA node", MapByPackage: "mapped round-robin by package"}[mapBy]
-	for i := range out {
-		g := groups[i%len(groups)]
-		wrapped := false
-		if g.next+per > len(g.cores) {
-			if mode == BindCore && (!o.Oversubscribed || per > len(g.cores)) {
-				return fmt.Errorf("plan bindings: bind to core: %d local ranks of %s each do not fit: %s has %d cores for %d of them (map-by %s)",
-					len(out), plural(per, "core"), g.label, len(g.cores), countMapped(len(out), len(groups), i%len(groups)), mapBy)
-			}
-			wrapped = true
-		}
-		var slot []bindCore
-		for k := 0; k < per; k++ {
-			slot = append(slot, g.cores[(g.next+k)%len(g.cores)])
-		}
-		g.next += per
-		b := &out[i]
-		b.BindTo = mode
-		var why string
-		switch mode {
-		case BindCore:
-			b.CPUs = unionCores(slot)
-			why = fmt.Sprintf("bind to core: %s on %s, %s", plural(per, "core"), joinLabels("NUMA", n.NUMAOfCPUs(b.CPUs)), how)
-		case BindNUMA:
-			var ids []int
-			for _, c := range slot {
-				ids = appendUniq(ids, c.numa)
-			}
-			for _, id := range ids {
-				b.CPUs = b.CPUs.Union(n.CPUsOfNUMA(id))
-			}
-			why = fmt.Sprintf("bind to numa: all CPUs of %s, %s", joinLabels("NUMA", ids), how)
-		case BindPackage:
-			var ids []int
-			for _, c := range slot {
-				ids = appendUniq(ids, c.pkg)
-			}
-			for _, id := range ids {
-				for _, p := range n.Packages {
-					if p.ID == id {
-						b.CPUs = b.CPUs.Union(p.CPUs)
-					}
-				}
-			}
-			why = fmt.Sprintf("bind to package: all CPUs of %s, %s", joinLabels("package", ids), how)
-		}
-		if wrapped {
-			why += fmt.Sprintf(" (%s is full: wrapped around, oversubscribed)", g.label)
-		}
-		b.Mems = n.NUMAOfCPUs(b.CPUs)
-		b.Why = why
-	}
-	// Sharing, then NICs near the rank's NUMA nodes.
-	users := map[string]int{}
-	for i := range out {
-		users[out[i].CPUs.String()]++
-	}
-	used := map[int]int{}
-	for i := range out {
-		b := &out[i]
-		if k := users[b.CPUs.String()]; k > 1 {
-			b.Why += fmt.Sprintf("; %d ranks share it", k)
-		}
-		numas := b.Mems
-		j, cls := pickNIC(n, used, func(j int) LinkKind {
-			for _, m := range numas {
-				if n.NICs[j].NUMA == m {
-					return LinkNODE
-				}
-			}
-			return LinkSYS
-		})
-		if j < 0 {
-			b.Why += "; no NIC is up"
-			continue
-		}
-		b.NIC = &n.NICs[j]
-		if cls == LinkNODE {
-			b.Why += fmt.Sprintf("; NIC %s is on NUMA %d", nicName(b.NIC), b.NIC.NUMA)
-		} else {
-			b.Why += fmt.Sprintf("; NIC %s is across the CPU interconnect: none up on the rank's NUMA node", nicName(b.NIC))
-		}
-	}
-	return nil
-}
-
-// countMapped is how many of ranks ranks dealt round-robin over groups
-// groups land in group g.
-func countMapped(ranks, groups, g int) int {
-	c := ranks / groups
-	if g < ranks%groups {
-		c++
-	}
-	return c
-}
-
 func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}
 	return strconv.Itoa(n) + " " + what + "s"
-}
-
-func appendUniq(s []int, v int) []int {
-	for _, x := range s {
-		if x == v {
-			return s
-		}
-	}
-	return append(s, v)
 }
 
 func joinLabels(kind string, ids []int) string {
@@ -865,7 +562,7 @@ func FormatBindingsOf(w io.Writer, host string, ranks []int, plan []RankBinding)
 				}
 			}
 			fmt.Fprintf(&sb, " CPUs %s %s", orNA(b.CPUs.String()), joinLabels("NUMA", b.NUMA))
-			if !equalInts(b.Mems, b.NUMA) {
+			if !slices.Equal(b.Mems, b.NUMA) {
 				fmt.Fprintf(&sb, " mem %s", joinLabels("NUMA", b.Mems))
 			}
 			if c := b.NIC; c != nil {
@@ -880,16 +577,4 @@ func FormatBindingsOf(w io.Writer, host string, ranks []int, plan []RankBinding)
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -19,6 +19,11 @@ type wantBind struct {
 	nic  string
 }
 
+// cudaGrant grants the GPUs ids as CUDA_VISIBLE_DEVICES lists them.
+func cudaGrant(ids ...string) GPUGrant {
+	return GPUGrant{Lists: []GPUList{{Vendor: VendorNVIDIA, Var: "CUDA_VISIBLE_DEVICES", Value: strings.Join(ids, ","), IDs: ids}}}
+}
+
 func dgxUUID(i int) string { return fmt.Sprintf("GPU-6b1f0c%02d-5a1c-4d2e-9b7f-00003e9a%04d", i, i) }
 
 // dgxRank is rank -> GPU g on the DGX, with its cores and NIC mlx5_g.
@@ -69,13 +74,13 @@ func TestPlanBindings(t *testing.T) {
 			name: "dgx 8 ranks, bind-to gpu explicit", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 8, BindTo: BindGPU, MapBy: "numa"}, want: dgx8,
 		},
 		{
-			name: "dgx 4 ranks on GPUs 4-7", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 4, VisibleGPUs: []int{4, 5, 6, 7}}, want: dgx8[4:],
+			name: "dgx 4 ranks on GPUs 4-7", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 4, Grant: cudaGrant("4", "5", "6", "7")}, want: dgx8[4:],
 			why: []string{"GPU 4 (" + dgxUUID(4) + ") is on NUMA 1", "cores 0-13 of NUMA 1's 56 (4 ranks share it)", "NIC mlx5_4"},
 		},
 		{
 			// Visible GPUs keep the order given (CUDA_VISIBLE_DEVICES=6,1:
 			// device 0 is GPU 6).
-			name: "dgx 2 ranks on GPUs 6,1", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, VisibleGPUs: []int{6, 1}},
+			name: "dgx 2 ranks on GPUs 6,1", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, Grant: cudaGrant("6", "1")},
 			want: []wantBind{dgxRank(6, "56-111,168-223"), dgxRank(1, "0-55,112-167")},
 			why:  []string{"cores 0-55 of NUMA 1's 56 (the only rank there)", "local rank 0 keeps GPU 6 although the GPUs are not numbered in NUMA order (in NUMA order it would be on NUMA 0)"},
 		},
@@ -85,7 +90,7 @@ func TestPlanBindings(t *testing.T) {
 			want: []wantBind{dgxRank(0, "0-18,112-130"), dgxRank(1, "19-37,131-149"), dgxRank(2, "38-55,150-167")},
 		},
 		{
-			name: "dgx cpus-per-rank 4", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, CPUsPerRank: 4, VisibleGPUs: []int{0, 4}},
+			name: "dgx cpus-per-rank 4", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, CPUsPerRank: 4, Grant: cudaGrant("0", "4")},
 			want: []wantBind{dgxRank(0, "0-3,112-115"), dgxRank(4, "56-59,168-171")},
 			why:  []string{"cores 0-3 of NUMA 0's 56 (the only rank there), capped at --cpus-per-rank 4"},
 		},
@@ -305,7 +310,7 @@ func TestPlanBindingsDefaultRules(t *testing.T) {
 			cpus: make([]string, 9), why: "not bound: 9 local ranks for 8 visible GPUs, and Hydra's default binds nothing"},
 		{name: "dgx, openmpi, oversubscribed", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 16, Oversubscribed: true, Default: RuleOpenMPI},
 			cpus: make([]string, 16), why: "the node is oversubscribed (16 local ranks), and Open MPI 4.1's default binds nothing"},
-		{name: "dgx, openmpi, no GPU visible", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, VisibleGPUs: []int{}, Default: RuleOpenMPI},
+		{name: "dgx, openmpi, no GPU visible", fixture: "dgx-h100", opts: BindOptions{LocalRanks: 2, Grant: cudaGrant(), Default: RuleOpenMPI},
 			cpus: []string{"0,112", "1,113"}, why: "Open MPI 4.1's default for a job of 2 ranks"},
 	}
 	nodes := map[string]*Node{}
@@ -342,12 +347,12 @@ func TestPlanBindingsErrors(t *testing.T) {
 		want    []string
 	}{
 		{"dgx-h100", BindOptions{LocalRanks: 16}, []string{"16 local ranks", "8 visible GPUs"}},
-		{"dgx-h100", BindOptions{LocalRanks: 5, VisibleGPUs: []int{0, 1, 2, 3}}, []string{"5 local ranks", "4 visible GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 5, Grant: cudaGrant("0", "1", "2", "3")}, []string{"5 local ranks", "4 visible GPUs"}},
 		{"dgx-h100", BindOptions{LocalRanks: 16, BindTo: BindGPU}, []string{"16 local ranks", "8 visible GPUs"}},
 		{"dgx-h100", BindOptions{LocalRanks: 8, CPUsPerRank: 15}, []string{"--cpus-per-rank 15", "NUMA 0 has 56 cores for 4 ranks (14 for local rank 0)"}},
-		{"dgx-h100", BindOptions{LocalRanks: 1, VisibleGPUs: []int{8}}, []string{"visible GPU 8", "8 GPUs"}},
-		{"dgx-h100", BindOptions{LocalRanks: 2, VisibleGPUs: []int{1, 1}}, []string{"GPU 1 listed twice"}},
-		{"dgx-h100", BindOptions{LocalRanks: 1, BindTo: BindGPU, VisibleGPUs: []int{}}, []string{"no visible GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 1, Grant: cudaGrant("8")}, []string{`CUDA_VISIBLE_DEVICES=8: no GPU "8"`, "8 GPUs"}},
+		{"dgx-h100", BindOptions{LocalRanks: 2, Grant: cudaGrant("1", "1")}, []string{"GPU 1 listed twice"}},
+		{"dgx-h100", BindOptions{LocalRanks: 1, BindTo: BindGPU, Grant: cudaGrant()}, []string{"no visible GPUs"}},
 		{"cpu-2s", BindOptions{LocalRanks: 1, BindTo: BindGPU}, []string{"no visible GPUs"}},
 		{"cpu-2s", BindOptions{LocalRanks: 5, BindTo: BindCore, CPUsPerRank: 2}, []string{"5 local ranks of 2 cores", "the node has 8 cores"}},
 		{"cpu-2s", BindOptions{LocalRanks: 3, BindTo: BindCore, MapBy: "numa", CPUsPerRank: 3}, []string{"NUMA 0 has 4 cores for 2 of them"}},

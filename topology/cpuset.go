@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/intranges"
 )
 
 // MaxCPUs bounds the CPU numbers a CPUSet accepts; Linux's own bound
@@ -175,27 +177,9 @@ func (s CPUSet) Equal(t CPUSet) bool {
 }
 
 // String formats the set as a Linux cpulist, ranges ascending
-// ("0-3,8,10-11"); the empty set is "".
-func (s CPUSet) String() string {
-	var b strings.Builder
-	cpus := s.CPUs()
-	for i := 0; i < len(cpus); {
-		j := i
-		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(cpus[i]))
-		if j > i {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(cpus[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
-}
+// ("0-3,8,10-11"), which is gorun's one format of integer sets
+// (intranges); the empty set is "".
+func (s CPUSet) String() string { return intranges.Format(s.CPUs()) }
 
 // MarshalText formats the set as a cpulist.
 func (s CPUSet) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

@@ -19,8 +19,12 @@
 // LocalGPUs count GPUs cheaply, from sysfs only.
 //
 // PlanBindings plans which GPU, cores, memory and NIC each rank of a node
-// gets, as typed bindings (package env turns them into variables);
-// FormatBindings prints them as --report-bindings does. Apply and
+// gets, from typed options (BindOptions), the usable GPUs included
+// (GPUGrant: the visibility lists package env reads, which this package
+// places on the node's GPUs), as typed bindings (package env turns them
+// into variables); PlanWithoutNode plans, without discovering the node, a
+// launch that binds nothing; FormatBindings prints the bindings as
+// --report-bindings does. The package reads no environment variable. Apply and
 // BindExec bind a process (CPU affinity and a NUMA memory policy) and
 // exec a program: the re-exec step a rank starts through, since Go cannot
 // act between fork and exec. Record writes this machine as a fixture
