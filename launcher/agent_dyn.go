@@ -30,8 +30,6 @@ type dynJob struct {
 // none on a host that only registers its namespace), beside the
 // generation's.
 func (a *agent) launchSpawned(l control.Launch) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	sp := l.Spawned
 	a.launches++
 	a.live += len(l.Ranks)
@@ -44,7 +42,7 @@ func (a *agent) launchSpawned(l control.Launch) {
 	case l.Generation != a.gen || a.stopped:
 		// The job is stopping: its new ranks end as they come.
 		for _, s := range l.Ranks {
-			a.w.Send(control.TypeExited, control.Exited{Generation: l.Generation, Rank: sp.Base + s.Rank, End: time.Now(), Code: 1,
+			a.send(control.TypeExited, control.Exited{Generation: l.Generation, Rank: sp.Base + s.Rank, End: time.Now(), Code: 1,
 				Stopped: true, Err: "not started: the job was stopping"})
 			a.live--
 		}
@@ -63,8 +61,7 @@ func (a *agent) launchSpawned(l control.Launch) {
 	}
 }
 
-// startSpawned starts this host's ranks of a spawned job. Called with a.mu
-// held.
+// startSpawned starts this host's ranks of a spawned job.
 func (a *agent) startSpawned(dj *dynJob) {
 	l := dj.l
 	p := newLaunchPlan(l)
@@ -102,8 +99,7 @@ func (a *agent) startSpawned(dj *dynJob) {
 // server, starting one when its programs need PMIx and none runs (this
 // host ran no rank that needed it, or its ranks had all ended): that one
 // registers the generation's earlier namespaces too (Spawned.Known), for
-// the ranks to connect to. It fills in the ranks' PMIx environments. Called with a.mu
-// held.
+// the ranks to connect to. It fills in the ranks' PMIx environments.
 func (a *agent) spawnedPMIx(p *launchPlan) error {
 	l := p.l
 	if a.pmix == nil {
@@ -111,7 +107,8 @@ func (a *agent) spawnedPMIx(p *launchPlan) error {
 		need := mode == PMIxOn
 		if mode == PMIxAuto {
 			for k, path := range p.paths {
-				if n, _ := needsPMIx(path, launchApp(l, k).Argv); n {
+				app := launchApp(l, k)
+				if n, _ := needsPMIx(path, app.Argv, app.Dir); n {
 					need = true
 				}
 			}
@@ -187,7 +184,7 @@ func distinctNodes(nodeOf []int) []int {
 }
 
 // closeDyn closes the spawned jobs' PMI-1 servers, whose ranks here have
-// ended. Called with a.mu held.
+// ended.
 func (a *agent) closeDyn() {
 	for _, dj := range a.dyn {
 		dj.pmi.close()
@@ -195,57 +192,44 @@ func (a *agent) closeDyn() {
 	}
 }
 
-// endDyn forgets the generation's spawned jobs. Called with a.mu held.
+// endDyn forgets the generation's spawned jobs.
 func (a *agent) endDyn() {
 	a.closeDyn()
 	a.dyn = nil
 }
 
-// dynCall sends a request to the head and waits for its answer (or the
-// agent's end).
-func (a *agent) dynCall(d control.Dyn) control.DynReply {
+// dynCall sends a request to the head and waits for its answer, until
+// ctx is done or the agent ends.
+func (a *agent) dynCall(ctx context.Context, d control.Dyn) control.DynReply {
 	ch := make(chan control.DynReply, 1)
-	a.dynMu.Lock()
+	err := a.post(ctx, dynCalled{d, ch})
+	if err == nil {
+		select {
+		case r := <-ch:
+			return r
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-a.quit:
+			err = errAgentEnded
+		}
+	}
+	return control.DynReply{Kind: d.Kind, Status: control.DynError, Err: err.Error()}
+}
+
+// onDynCalled numbers a request to the head and sends it; the answer goes
+// to its waiter (dynReplied).
+func (a *agent) onDynCalled(e dynCalled) {
 	a.dynNext++
-	d.ID = a.dynNext
-	if a.dynWait == nil {
-		a.dynWait = map[uint64]chan control.DynReply{}
-	}
-	a.dynWait[d.ID] = ch
-	a.dynMu.Unlock()
-	defer func() {
-		a.dynMu.Lock()
-		delete(a.dynWait, d.ID)
-		a.dynMu.Unlock()
-	}()
-	if err := a.w.Send(control.TypeDyn, d); err != nil {
-		return control.DynReply{ID: d.ID, Kind: d.Kind, Status: control.DynError, Err: "the head is gone: " + err.Error()}
-	}
-	select {
-	case r := <-ch:
-		return r
-	case <-a.quit:
-		return control.DynReply{ID: d.ID, Kind: d.Kind, Status: control.DynError, Err: "the agent is ending"}
-	}
+	e.ID = a.dynNext
+	a.dynWait[e.ID] = e.reply
+	a.send(control.TypeDyn, e.Dyn)
 }
 
-// dynDone hands the head's answer to the waiting request.
-func (a *agent) dynDone(r control.DynReply) {
-	a.dynMu.Lock()
-	ch := a.dynWait[r.ID]
-	a.dynMu.Unlock()
-	if ch != nil {
-		ch <- r
-	}
-}
-
-// answerDyn answers the head's question for this host's PMIx server: the
-// data one of its ranks committed, which a rank on another host wants.
-func (a *agent) answerDyn(d control.Dyn) {
+// answerDyn answers the head's question for this host's PMIx server px
+// (nil: none runs): the data one of its ranks committed, which a rank on
+// another host wants.
+func (a *agent) answerDyn(d control.Dyn, px *pmixState) {
 	r := control.DynReply{ID: d.ID, Kind: d.Kind}
-	a.mu.Lock()
-	px := a.pmix
-	a.mu.Unlock()
 	switch {
 	case d.Kind != control.DynModex || len(d.Procs) != 1:
 		r.Status, r.Err = control.DynNotSupported, fmt.Sprintf("an agent answers no %q request", d.Kind)
@@ -290,7 +274,7 @@ func (s *pmixState) request(e *pmixbridge.Event) {
 	case pmixbridge.EventDirectModex:
 		d.Kind = control.DynModex
 	}
-	r := s.a.dynCall(d)
+	r := s.a.dynCall(context.Background(), d)
 	done := &pmixbridge.Done{ID: e.ID, Kind: e.Kind, Status: r.Status, Nspace: r.Nspace, Data: r.Data}
 	for _, f := range r.Found {
 		done.Found = append(done.Found, pmixbridge.Published{Key: f.Key, Value: f.Value,
@@ -312,7 +296,7 @@ func (s *pmixState) fenceProcs(e *pmixbridge.Event) {
 	for _, p := range e.Procs {
 		d.Procs = append(d.Procs, control.Proc{Nspace: p.Nspace, Rank: p.Rank})
 	}
-	r := s.a.dynCall(d)
+	r := s.a.dynCall(context.Background(), d)
 	done := &pmixbridge.FenceDone{ID: e.ID, Data: r.Data}
 	if r.Status != control.DynOK {
 		done.Err = r.Err
@@ -325,15 +309,16 @@ func (s *pmixState) fenceProcs(e *pmixbridge.Event) {
 }
 
 // pmiName carries a PMI-1 rank's name publishing (op: publish, lookup or
-// unpublish) to the head: it returns a lookup's port.
-func (a *agent) pmiName(gen int, kvs string, rank int, op, service, port string) (string, error) {
+// unpublish) to the head: it returns a lookup's port. ctx is the PMI-1
+// server's, done as it closes.
+func (a *agent) pmiName(ctx context.Context, gen int, kvs string, rank int, op, service, port string) (string, error) {
 	d := control.Dyn{Kind: op, Generation: gen, From: control.Proc{Nspace: kvs, Rank: rank}, PMI: true}
 	if op == control.DynPublish {
 		d.Info = []control.KV{{Key: service, Value: port}}
 	} else {
 		d.Keys = []string{service}
 	}
-	r := a.dynCall(d)
+	r := a.dynCall(ctx, d)
 	if r.Status != control.DynOK {
 		return "", errors.New(r.Err)
 	}
@@ -347,8 +332,9 @@ func (a *agent) pmiName(gen int, kvs string, rank int, op, service, port string)
 }
 
 // pmiSpawn carries a PMI-1 rank's MPI_Comm_spawn to the head; it returns
-// once the spawned ranks started, or why they did not.
-func (a *agent) pmiSpawn(gen int, kvs string, rank int, sp rendezvous.PMISpawn) error {
+// once the spawned ranks started, or why they did not. ctx is the PMI-1
+// server's, done as it closes.
+func (a *agent) pmiSpawn(ctx context.Context, gen int, kvs string, rank int, sp rendezvous.PMISpawn) error {
 	d := control.Dyn{Kind: control.DynSpawn, Generation: gen, From: control.Proc{Nspace: kvs, Rank: rank}, PMI: true, Preput: sp.Preput}
 	for _, app := range sp.Apps {
 		da := control.DynApp{Argv: append([]string{app.Exec}, app.Args...), Size: app.NProcs}
@@ -357,7 +343,7 @@ func (a *agent) pmiSpawn(gen int, kvs string, rank int, sp rendezvous.PMISpawn) 
 		}
 		d.Apps = append(d.Apps, da)
 	}
-	if r := a.dynCall(d); r.Status != control.DynOK {
+	if r := a.dynCall(ctx, d); r.Status != control.DynOK {
 		return errors.New(r.Err)
 	}
 	return nil

@@ -21,7 +21,7 @@ func TestProbeInfo(t *testing.T) {
 	t.Setenv("GORUN_TEST_API_TOKEN", "s3cret-of-the-test")
 	var out bytes.Buffer
 	a := &agent{o: AgentOptions{Version: "9.9.9", Host: "node7"}, w: control.NewWriter(&out)}
-	a.answerProbe(control.Probe{ID: 42, Kind: control.ProbeInfo})
+	a.answerProbe(control.Probe{ID: 42, Kind: control.ProbeInfo}, probeView{})
 
 	f, err := control.NewReader(&out).Next()
 	if err != nil || f.Type != control.TypeProbeRe {

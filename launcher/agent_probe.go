@@ -24,9 +24,15 @@ const defaultProbeTimeout = 10 * time.Second
 // probeWorkers bounds the ranks an agent reads at once for one probe.
 const probeWorkers = 8
 
-// answerProbe answers one of the head's probes, in its own goroutine: a
-// probe reads the ranks and the host and changes nothing in them.
-func (a *agent) answerProbe(q control.Probe) {
+// onProbe answers one of the head's probes in a goroutine of its own,
+// from a view of the agent taken now: a probe reads the ranks and the
+// host and changes nothing in them.
+func (a *agent) onProbe(q control.Probe) {
+	go a.answerProbe(q, a.view())
+}
+
+// answerProbe answers a probe from the agent's view v.
+func (a *agent) answerProbe(q control.Probe, v probeView) {
 	timeout := q.Timeout
 	if timeout <= 0 {
 		timeout = defaultProbeTimeout
@@ -39,9 +45,9 @@ func (a *agent) answerProbe(q control.Probe) {
 	)
 	switch q.Kind {
 	case control.ProbeStacks:
-		data, err = a.probeStacks(ctx, q.Lines)
+		data, err = a.probeStacks(ctx, v, q.Lines)
 	case control.ProbeStatus:
-		data, err = a.probeStatus(ctx)
+		data, err = a.probeStatus(ctx, v)
 	case control.ProbeInfo:
 		data, err = a.probeInfo(ctx)
 	default:
@@ -73,10 +79,8 @@ type probeView struct {
 	stacksDir string
 }
 
-// view takes a probe's view of the agent.
+// view takes a probe's view of the agent, on the loop.
 func (a *agent) view() probeView {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := make([]liveRank, 0, len(a.byPID))
 	for pid, p := range a.byPID {
 		out = append(out, liveRank{p.rank, pid, p.start})
@@ -111,11 +115,10 @@ func eachRank[T any](ranks []liveRank, f func(liveRank) T) []T {
 // the KV server dumps its goroutines through that connection; any other
 // rank is read by package stacks (native tools, the Python hook), with
 // native frames' files and lines if asked.
-func (a *agent) probeStacks(ctx context.Context, lines bool) (any, error) {
+func (a *agent) probeStacks(ctx context.Context, v probeView, lines bool) (any, error) {
 	if a.simulated() {
 		return []stacks.Rank{}, nil
 	}
-	v := a.view()
 	kv := v.kv
 	opt := stacks.Options{StacksDir: v.stacksDir, NoLines: !lines}
 	return eachRank(v.ranks, func(r liveRank) stacks.Rank {
@@ -155,11 +158,10 @@ type cpuSample struct {
 // probeStatus returns every local rank's state: its processes' CPU time
 // and resident memory summed, its main process's state, its CPU use
 // since the last probe, and its rendezvous and collective calls.
-func (a *agent) probeStatus(ctx context.Context) (any, error) {
+func (a *agent) probeStatus(ctx context.Context, v probeView) (any, error) {
 	if a.simulated() {
 		return []control.RankStatus{}, nil
 	}
-	v := a.view()
 	kv, ranks := v.kv, v.ranks
 	now := time.Now()
 	out := eachRank(ranks, func(r liveRank) control.RankStatus {
@@ -204,7 +206,7 @@ func (a *agent) probeStatus(ctx context.Context) (any, error) {
 
 // prepareStacks makes the directory where the ranks' Python hook writes
 // its dumps, with the hook, once per agent; "" (no hook) if it cannot,
-// or for simulated ranks. Called with a.mu held.
+// or for simulated ranks.
 func (a *agent) prepareStacks() string {
 	if a.stacksDir != "" || a.simulated() {
 		return a.stacksDir

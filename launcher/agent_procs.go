@@ -22,8 +22,8 @@ import (
 // nor /dev/shm: it may share its process with other agents.
 type Procs interface {
 	// Start starts one rank. The pid it returns names the rank to Signal
-	// and must be unique among the agent's live ranks. Start must not call
-	// r.Exit itself: the rank ends later, from another goroutine.
+	// and must be unique among the agent's live ranks. Neither Start nor
+	// Signal may call r.Exit: the rank ends later, from another goroutine.
 	Start(r ProcRank) (pid int, err error)
 	// Signal delivers sig to the rank with pid; a rank ends (r.Exit) on
 	// the signals that end a process by default.
@@ -68,7 +68,7 @@ func (a *agent) startProc(s control.RankSpec, id int, pmi *pmiState, path string
 			}
 			a.w.SendOutput(control.Output{Rank: id, Stream: uint8(stream), Time: time.Now(), Data: data})
 		},
-		Exit: func(code int, sig syscall.Signal) { a.procExited(p, code, sig) },
+		Exit: func(code int, sig syscall.Signal) { a.post(nil, procEnded{p, code, sig}) },
 	})
 	if err != nil {
 		if mine != nil {
@@ -82,26 +82,4 @@ func (a *agent) startProc(s control.RankSpec, id int, pmi *pmiState, path string
 		pmi.serveConn(mine, s.Rank)
 	}
 	return p, nil
-}
-
-// procExited is a Procs rank's end, as reap is a process's.
-func (a *agent) procExited(p *rankProc, code int, sig syscall.Signal) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.byPID[p.pid] != p {
-		return // reported already, or never registered
-	}
-	e := a.retire(p)
-	e.Code = code
-	if sig != 0 {
-		e.Code, e.Signal = -1, int(sig)
-	}
-	go a.finish(p, e)
-}
-
-// signalProcs delivers sig to every Procs rank. Called with a.mu held.
-func (a *agent) signalProcs(sig syscall.Signal) {
-	for pid := range a.byPID {
-		a.o.Procs.Signal(pid, sig)
-	}
 }

@@ -1,12 +1,14 @@
 // This file holds the agent's end of a rank: reaping ranks and reporting
 // how they ended, signalling and killing them, and clearing away the
-// orphans and shared-memory files they leave.
+// orphans, servers and shared-memory files they leave.
 
 package launcher
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
@@ -20,11 +22,9 @@ import (
 // its process group was killed (an escaped grandchild may hold them open).
 const readerDrain = 2 * time.Second
 
-// reap collects every child that has ended: ranks, and orphans re-parented
-// to the agent.
+// reap collects every child that has ended (SIGCHLD): ranks, whose ends
+// it handles, and orphans re-parented to the agent.
 func (a *agent) reap() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	for {
 		var ws unix.WaitStatus
 		var ru unix.Rusage
@@ -36,27 +36,50 @@ func (a *agent) reap() {
 		if p == nil {
 			continue // an orphan: reaped, nothing to report
 		}
-		e := a.retire(p)
-		e.MaxRSS = ru.Maxrss
+		e := rankEnded{pid: pid, maxRSS: ru.Maxrss}
 		// What the rank left behind in its process group goes with it.
 		if unix.Kill(-pid, unix.SIGKILL) == nil {
 			a.leftovers = true // something of the rank's still ran
 		}
 		switch {
 		case ws.Exited():
-			e.Code = ws.ExitStatus()
+			e.code = ws.ExitStatus()
 		case ws.Signaled():
-			e.Code, e.Signal = -1, int(ws.Signal())
-			if ws.Signal() == unix.SIGKILL {
-				e.OOMKills = oomKills() - p.ooms
+			e.code, e.sig = -1, ws.Signal()
+			if e.sig == unix.SIGKILL {
+				e.ooms = oomKills() - p.ooms
 			}
 		}
-		go a.finish(p, e)
+		a.onRankEnded(e)
 	}
 }
 
+// onProcEnded is a Procs rank's end, as reap is a process's.
+func (a *agent) onProcEnded(e procEnded) {
+	if a.byPID[e.p.pid] != e.p {
+		return // reported already
+	}
+	a.onRankEnded(rankEnded{pid: e.p.pid, code: e.code, sig: e.sig})
+}
+
+// onRankEnded forgets an ended rank, and has its end reported once the
+// rest of its output is relayed (finish).
+func (a *agent) onRankEnded(e rankEnded) {
+	p := a.byPID[e.pid]
+	if p == nil {
+		return
+	}
+	x := a.retire(p)
+	x.Code, x.MaxRSS, x.OOMKills = e.code, e.maxRSS, e.ooms
+	if e.sig != 0 {
+		x.Code, x.Signal = -1, int(e.sig)
+	}
+	a.finishing++
+	go a.finish(p, x, a.pmi, a.pmix)
+}
+
 // retire forgets an ended rank (its pid, its stdin queue) and returns the
-// start of its report. Called with a.mu held.
+// start of its report.
 func (a *agent) retire(p *rankProc) control.Exited {
 	delete(a.byPID, p.pid)
 	if ch := a.stdin[p.rank]; ch != nil {
@@ -70,8 +93,10 @@ func (a *agent) retire(p *rankProc) control.Exited {
 // oomKills reads the kernel's count of OOM kills (/proc/vmstat oom_kill).
 func oomKills() int { return procfs.Proc.VMStat("oom_kill") }
 
-// finish reports a rank's end after its output has been relayed.
-func (a *agent) finish(p *rankProc, e control.Exited) {
+// finish waits for an ended rank's output to be relayed, adds what its
+// rendezvous servers know of its end (pmi's, and px's, of its
+// generation), and hands its report to the loop (rankFinished).
+func (a *agent) finish(p *rankProc, e control.Exited, pmi *pmiState, px *pmixState) {
 	done := make(chan struct{})
 	go func() { p.readers.Wait(); close(done) }()
 	select {
@@ -88,25 +113,27 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 	}
 	e.StderrTail = p.tail.String()
 	a.printEnded(p.rank)
-	a.mu.Lock()
-	px, pmi := a.pmix, a.pmi
-	a.mu.Unlock()
 	if pmi != nil && pmi.kv != nil && p.job == 0 {
 		if prog, ok := pmi.kv.Final(p.rank); ok {
 			e.Coll, _ = json.Marshal(prog)
 		}
 	}
 	early := e.Code == 0 && e.Signal == 0 && px != nil && px.gen == e.Generation && px.leftEarly(px.nspaceOf(p.job), p.mpiRank)
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.post(nil, rankFinished{e, early})
+}
+
+// onFinished reports a rank's end, and the generation's once it was the
+// last; a rank of an earlier generation is not reported.
+func (a *agent) onFinished(e rankFinished) {
+	a.finishing--
 	if e.Generation != a.gen {
 		return
 	}
-	if early {
-		a.w.Send(control.TypeAbort, control.Abort{Generation: e.Generation, Rank: p.rank, Early: true,
+	if e.early {
+		a.send(control.TypeAbort, control.Abort{Generation: e.Generation, Rank: e.Rank, Early: true,
 			Msg: "left before MPI_Finalize (it called PMIx_Init and exited without PMIx_Finalize)"})
 	}
-	a.w.Send(control.TypeExited, e)
+	a.send(control.TypeExited, e.Exited)
 	a.live--
 	if a.live == 0 {
 		a.done()
@@ -115,9 +142,7 @@ func (a *agent) finish(p *rankProc, e control.Exited) {
 
 // done reports the generation finished, once its leftovers are gone.
 func (a *agent) done() {
-	if a.killT != nil {
-		a.killT.Stop()
-	}
+	a.disarmKill()
 	a.pmix.close() // before the orphan sweep, which would take it for one
 	a.pmix = nil
 	a.closeDyn()
@@ -126,19 +151,17 @@ func (a *agent) done() {
 		a.shm.sweep()
 	}
 	a.leftovers = false
-	a.w.Send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS(), Launches: a.launches})
+	a.send(control.TypeDone, control.Done{Generation: a.gen, MaxRSS: peakRSS(), Launches: a.launches})
 }
 
-// signalAll sends sig to every rank's process group, and SIGCONT after it
-// when sig asks the rank to end.
+// signalAll sends sig to every rank, in the order of their pids: to a
+// process's group, and SIGCONT after it when sig asks the rank to end.
 func (a *agent) signalAll(sig syscall.Signal) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.simulated() {
-		a.signalProcs(sig)
-		return
-	}
-	for pid := range a.byPID {
+	for _, pid := range slices.Sorted(maps.Keys(a.byPID)) {
+		if a.simulated() {
+			a.o.Procs.Signal(pid, sig)
+			continue
+		}
 		unix.Kill(-pid, sig)
 		if sig == unix.SIGTERM || sig == unix.SIGINT || sig == unix.SIGHUP {
 			unix.Kill(-pid, unix.SIGCONT) // a stopped rank must see it
@@ -146,9 +169,8 @@ func (a *agent) signalAll(sig syscall.Signal) {
 	}
 }
 
-// kill stops every rank: SIGTERM now, SIGKILL after grace.
+// kill stops every rank: SIGTERM now, SIGKILL after grace (killDue).
 func (a *agent) kill(grace time.Duration) {
-	a.mu.Lock()
 	a.stopped = true
 	for pid, p := range a.byPID {
 		p.stopped = true
@@ -160,63 +182,31 @@ func (a *agent) kill(grace time.Duration) {
 		// ranks have mapped, to remove what they made once they are gone.
 		a.shm.note(pid)
 	}
-	a.mu.Unlock()
 	if grace <= 0 {
 		a.signalAll(unix.SIGKILL)
 		return
 	}
 	a.signalAll(unix.SIGTERM)
-	a.mu.Lock()
-	if a.killT != nil {
-		a.killT.Stop()
-	}
-	a.killT = time.AfterFunc(grace, func() { a.signalAll(unix.SIGKILL) })
-	a.mu.Unlock()
+	a.armKill(grace)
 }
 
-// shutdown stops every rank and orphan, waits for them, and returns.
-// Lower agents lose their connection and do the same on their hosts.
-func (a *agent) shutdown(grace time.Duration) error {
-	a.dropKids()
-	defer func() {
-		a.mu.Lock()
-		a.pmi.close()
-		a.pmix.close()
-		a.pmix = nil
-		a.endDyn()
-		if a.sockDir != "" {
-			os.RemoveAll(a.sockDir)
-		}
-		a.mu.Unlock()
-	}()
-	a.mu.Lock()
-	n := len(a.byPID)
-	careful := n > 0 || a.leftovers
-	a.mu.Unlock()
-	if n > 0 {
-		a.kill(grace)
-		deadline := time.Now().Add(grace + 2*time.Second)
-		for time.Now().Before(deadline) {
-			if !a.simulated() {
-				a.reap()
-			}
-			a.mu.Lock()
-			n = len(a.byPID)
-			a.mu.Unlock()
-			if n == 0 {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+// onKillDue ends the grace period of a kill: SIGKILL.
+func (a *agent) onKillDue() {
+	a.killT, a.killC = nil, nil
+	a.signalAll(unix.SIGKILL)
+}
+
+// closeServers closes the generation's rendezvous servers, the spawned
+// jobs', and the directory of their sockets.
+func (a *agent) closeServers() {
+	a.pmi.close()
+	a.pmi = nil
+	a.pmix.close()
+	a.pmix = nil
+	a.endDyn()
+	if a.sockDir != "" {
+		os.RemoveAll(a.sockDir)
 	}
-	if a.simulated() {
-		return nil
-	}
-	killOrphans(2*time.Second, careful)
-	a.mu.Lock()
-	a.shm.sweep()
-	a.mu.Unlock()
-	return nil
 }
 
 // killOrphans kills and reaps every remaining child of the agent: ranks'

@@ -63,8 +63,8 @@ func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
 
 // startPrint makes the multiplexer that prints this host's ranks' output
 // when l asks for it (Launch.Print), as the head would print it, and the
-// agent has somewhere to print. Called with a.mu held, before any rank of
-// l starts: the relays read a.print without the lock.
+// agent has somewhere to print. The loop calls it before any rank of l
+// starts: the relays read a.print.
 func (a *agent) startPrint(l control.Launch) {
 	if l.Print == nil || a.o.Stdout == nil || a.print != nil {
 		return
@@ -100,8 +100,6 @@ func (a *agent) printEnded(rank int) {
 // closePrint writes what the print multiplexer still holds, as the agent
 // ends.
 func (a *agent) closePrint() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.print != nil {
 		a.print.Close()
 	}
@@ -122,28 +120,23 @@ func (a *agent) feed(rank int, w *os.File, ch chan []byte) {
 	w.Close()
 }
 
-// stdinFrame queues a chunk of the head's stdin for a rank; an empty one
-// closes the rank's stdin.
+// onStdin queues a chunk of the head's stdin for a rank (s.Data is the
+// event's own); an empty one closes the rank's stdin.
 //
-// The send happens under a.mu, as retire's close of the channel does (a
-// send after the close panicked the agent when the rank ended between
-// the two); it never blocks there, since the head keeps at most
-// stdinWindow chunks in flight and the channel holds one more.
-func (a *agent) stdinFrame(s control.Stdin) {
-	a.mu.Lock()
+// The loop sends on the channel, as retire closes it, so no chunk goes
+// to a closed channel; the send never blocks, since the head keeps at
+// most stdinWindow chunks in flight and the channel holds one more.
+func (a *agent) onStdin(s control.Stdin) {
 	ch := a.stdin[s.Rank]
 	switch {
 	case ch == nil:
+		// The rank is gone or takes no stdin: acknowledge and drop.
+		a.send(control.TypeStdinAck, control.StdinAck{Rank: s.Rank, Bytes: len(s.Data)})
 	case len(s.Data) == 0:
 		delete(a.stdin, s.Rank)
 		close(ch)
 	default:
-		ch <- append([]byte(nil), s.Data...)
-	}
-	a.mu.Unlock()
-	if ch == nil {
-		// The rank is gone or takes no stdin: acknowledge and drop.
-		a.w.Send(control.TypeStdinAck, control.StdinAck{Rank: s.Rank, Bytes: len(s.Data)})
+		ch <- s.Data
 	}
 }
 

@@ -202,8 +202,11 @@ func (p *launchPlan) defaultThreads(i int) bool {
 }
 
 // launch starts a generation of ranks, or a job they spawned, or answers
-// a print-env request.
+// a print-env request. An ending agent starts nothing.
 func (a *agent) launch(l control.Launch) {
+	if a.ending != nil {
+		return
+	}
 	if l.Spawned != nil {
 		a.launchSpawned(l)
 		return
@@ -213,11 +216,9 @@ func (a *agent) launch(l control.Launch) {
 		a.printEnv(p)
 		return
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.beginGeneration(l)
 	a.startPrint(l)
-	a.tree.timeout.Store(int64(l.PMI.FenceTimeout))
+	a.tree.timeout = l.PMI.FenceTimeout
 	ooms := 0
 	if !a.simulated() {
 		ooms = oomKills()
@@ -248,34 +249,31 @@ func (a *agent) printEnv(p *launchPlan) {
 	if len(l.Secret) >= 16 && a.ensureSockDir() == nil {
 		p.kvSock, p.kvSecret = filepath.Join(a.sockDir, kvSockName(l.Generation)), l.Secret
 	}
-	a.mu.Lock()
 	p.stacksDir = a.prepareStacks()
-	a.mu.Unlock()
 	for i, s := range l.Ranks {
 		if s.Rank == l.PrintEnv-1 {
-			a.w.Send(control.TypeEnv, control.Env{Rank: s.Rank, Env: p.environ(i)})
+			a.send(control.TypeEnv, control.Env{Rank: s.Rank, Env: p.environ(i)})
 			return
 		}
 	}
-	a.w.Send(control.TypeError, control.Error{Msg: fmt.Sprintf("rank %d is not on this host", l.PrintEnv-1)})
+	a.send(control.TypeError, control.Error{Msg: fmt.Sprintf("rank %d is not on this host", l.PrintEnv-1)})
 }
 
 // beginGeneration makes l's generation the current one, with all its ranks
-// to report, and lists /dev/shm before any of them starts. Called with
-// a.mu held.
+// to report, forgets the questions of the generations before it, and
+// lists /dev/shm before any of its ranks starts.
 func (a *agent) beginGeneration(l control.Launch) {
 	a.gen, a.stopped, a.live = l.Generation, false, len(l.Ranks)
 	a.endDyn()
 	a.launches = 1
 	a.shm.begin()
-	if a.killT != nil {
-		a.killT.Stop()
-	}
+	a.disarmKill()
+	a.forgetFences(l.Generation)
 }
 
 // restartPMI replaces the last generation's PMI-1 server with one for this
 // generation, and gives the ranks its socket. Without one, the ranks start
-// all the same. Called with a.mu held.
+// all the same.
 func (a *agent) restartPMI(p *launchPlan) {
 	a.pmi.close()
 	a.pmi = nil
@@ -293,7 +291,7 @@ func (a *agent) restartPMI(p *launchPlan) {
 // prepare finds the program, checks the bindings, and replaces the last
 // generation's PMIx server with one for this generation when the program
 // needs it. A message says why no rank can start, with the exit code to
-// report for each. Called with a.mu held.
+// report for each.
 func (a *agent) prepare(p *launchPlan) (code int, msg string) {
 	code, msg = a.resolveAll(p)
 	if msg == "" && p.bindErr != nil {
@@ -312,7 +310,7 @@ func (a *agent) prepare(p *launchPlan) (code int, msg string) {
 	return code, msg
 }
 
-// resolveAll finds every app's program. Called with a.mu held.
+// resolveAll finds every app's program.
 func (a *agent) resolveAll(p *launchPlan) (code int, msg string) {
 	p.paths = make([]string, p.apps())
 	for k := range p.paths {
@@ -325,17 +323,17 @@ func (a *agent) resolveAll(p *launchPlan) (code int, msg string) {
 }
 
 // failRank reports a rank of generation gen that did not start as exited
-// (rank: its number in the job's frames). Called with a.mu held.
+// (rank: its number in the job's frames).
 func (a *agent) failRank(gen, rank, code int, msg string) {
-	a.w.Send(control.TypeExited, control.Exited{Generation: gen, Rank: rank, End: time.Now(), Code: code, Err: msg})
+	a.send(control.TypeExited, control.Exited{Generation: gen, Rank: rank, End: time.Now(), Code: code, Err: msg})
 	a.live--
 }
 
 // forkAll forks every rank of the plan and returns, by index in its
 // Ranks, each one's process or why it could not be forked. Forking costs
 // most of a launch: on a box with several cores, a few goroutines fork
-// side by side. Called with a.mu held: the reaper waits on it, so no rank
-// is reaped before it is registered.
+// side by side. No rank is reaped before it is registered: the loop that
+// reaps runs this.
 func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 	ranks := p.l.Ranks
 	procs := make([]*rankProc, len(ranks))
@@ -367,7 +365,7 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 // register hands the forked ranks to the reaper and tells the head which
 // started; a rank that could not be forked is reported as exited, with the
 // shells' status for a missing or unexecutable program. ooms is the
-// kernel's OOM-kill count before the fork. Called with a.mu held.
+// kernel's OOM-kill count before the fork.
 func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms int) {
 	l := p.l
 	started := control.Started{Generation: l.Generation, Report: p.report, Topo: p.topo}
@@ -388,7 +386,7 @@ func (a *agent) register(p *launchPlan, procs []*rankProc, errs []error, ooms in
 		}
 	}
 	if len(started.Ranks) > 0 {
-		a.w.Send(control.TypeStarted, started)
+		a.send(control.TypeStarted, started)
 	}
 }
 

@@ -122,12 +122,11 @@ type spawnErr struct {
 // and its fences, which join this agent's: treeFence), and writes to it
 // the head's frames for it and its own (heartbeats, fences' answers).
 type kid struct {
-	node  int
-	q     chan kidMsg // to its input, in order
-	mu    sync.Mutex  // guards eof
-	eof   bool        // its input is closed: nothing more is queued
-	ready chan struct{}
-	proc  AgentProcess // set before ready closes; nil if it failed
+	node int
+	in   kidInput
+	// proc is the lower agent, once started (kidStarted); nil before,
+	// and if it failed to start. The loop's.
+	proc  AgentProcess
 	heard atomic.Int64 // unix nanoseconds of its last frame
 	// lostWhy says why this agent dropped it (silence), if it did.
 	lostWhy atomic.Value
@@ -142,36 +141,61 @@ type kidMsg struct {
 	eof   bool
 }
 
-// send queues m for the kid's input; after the end, nothing.
-func (k *kid) send(m kidMsg) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.eof {
-		return
-	}
-	k.eof = m.eof
-	k.q <- m
+// kidInput queues what goes to a lower agent's input, which feedKid
+// writes: the loop queues without waiting on the lower agent's link.
+type kidInput struct {
+	mu   sync.Mutex
+	msgs []kidMsg
+	eof  bool          // its end is queued: nothing more is
+	wake chan struct{} // feedKid has messages to write
 }
 
-// startKid registers and starts the lower agent that sp asks for.
+// send queues m; after the end, nothing.
+func (in *kidInput) send(m kidMsg) {
+	in.mu.Lock()
+	if !in.eof {
+		in.eof = m.eof
+		in.msgs = append(in.msgs, m)
+	}
+	in.mu.Unlock()
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the messages queued so far.
+func (in *kidInput) take() []kidMsg {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m := in.msgs
+	in.msgs = nil
+	return m
+}
+
+// startKid registers the lower agent that sp asks for, and starts it in a
+// goroutine (spawn). The first with heartbeats starts the beat of them
+// all (kidBeatDue).
 func (a *agent) startKid(sp control.Spawn) {
-	k := &kid{node: sp.Node, q: make(chan kidMsg, 1024), ready: make(chan struct{})}
-	a.kidsMu.Lock()
+	if a.ending != nil {
+		return
+	}
+	k := &kid{node: sp.Node, in: kidInput{wake: make(chan struct{}, 1)}}
 	if a.kids == nil {
 		a.kids = map[int]*kid{}
 	}
 	a.kids[sp.Node] = k
 	if a.kidBeat == nil && sp.Beat > 0 && sp.BeatTimeout > 0 {
 		a.kidBeat = time.NewTicker(sp.Beat)
-		go a.beatKids(a.kidBeat, sp.BeatTimeout)
+		a.kidBeatC, a.kidTimeout = a.kidBeat.C, sp.BeatTimeout
 	}
-	a.kidsMu.Unlock()
 	go a.spawn(sp, k)
 }
 
-// spawn starts a lower agent and relays its stream, in both directions.
+// spawn starts a lower agent, and hands it to the loop (kidStarted), or
+// tells the head why it could not. One the loop does not keep (the agent
+// is ending, or has ended before it took it) is killed.
 func (a *agent) spawn(sp control.Spawn, k *kid) {
-	defer close(k.ready)
 	var p AgentProcess
 	var err error
 	if a.o.Kids != nil {
@@ -188,14 +212,26 @@ func (a *agent) spawn(sp control.Spawn, k *kid) {
 		a.w.SendRelay(control.Relay{Node: sp.Node})
 		return
 	}
-	a.kidsMu.Lock()
-	dropped := a.kidsDropped
-	a.kidsMu.Unlock()
-	if dropped {
-		// This agent is ending, and dropped its lower agents while
-		// this one was starting: it goes too.
+	kept, keep := make(chan bool, 1), false
+	if a.post(nil, kidStarted{k, p, kept}) == nil {
+		select {
+		case keep = <-kept:
+		case <-a.quit:
+		}
+	}
+	if !keep {
 		p.Kill()
 		p.Wait()
+	}
+}
+
+// onKidStarted relays a lower agent's stream, in both directions. An
+// ending agent does not keep it: it dropped its lower agents while this
+// one was starting, and this one goes too.
+func (a *agent) onKidStarted(e kidStarted) {
+	k, p := e.k, e.proc
+	e.kept <- a.ending == nil
+	if a.ending != nil {
 		return
 	}
 	k.proc = p
@@ -244,7 +280,7 @@ func (a *agent) readKid(k *kid, p AgentProcess) {
 				fe.Nodes = []int{k.node}
 			}
 			flush()
-			a.tree.arrive(a, fe)
+			a.post(nil, kidFenced{fe})
 		default:
 			batch = control.AppendFrame(batch, f.Type, f.Payload)
 		}
@@ -263,98 +299,91 @@ func (a *agent) readKid(k *kid, p AgentProcess) {
 	p.Wait()
 }
 
-// feedKid writes the kid's input: the head's bytes as they come, and this
-// agent's own frames between two of the head's frames.
+// feedKid writes the kid's input (kidInput) until its end or the agent's.
 func (a *agent) feedKid(k *kid, p AgentProcess) {
-	pending := 0 // bytes of the head's current frame still to write
-	// This agent's frames wait for the head's first (its hello), which
-	// the lower agent must read first.
-	var held [][]byte
-	heardHead := false
-	broken := false
-	write := func(b []byte) {
-		if !broken {
-			if _, err := p.Write(b); err != nil {
-				broken = true // its reader reports the end
-			}
-		}
-	}
+	w := kidWriter{p: p}
 	for {
-		var m kidMsg
 		select {
-		case m = <-k.q:
+		case <-k.in.wake:
 		case <-a.quit:
 			return
 		}
-		switch {
-		case m.eof:
-			p.Close()
-			return
-		case m.frame != nil:
-			if pending > 0 || !heardHead {
-				held = append(held, m.frame)
-				continue
+		for _, m := range k.in.take() {
+			if m.eof {
+				p.Close()
+				return
 			}
-			write(m.frame)
-		default:
-			for b := m.raw; len(b) > 0; {
-				if pending == 0 {
-					if len(b) < 4 {
-						broken = true // not the head's frames: drop the rest
-						break
-					}
-					pending = 4 + int(binary.BigEndian.Uint32(b))
-				}
-				n := min(pending, len(b))
-				write(b[:n])
-				pending, b = pending-n, b[n:]
-				if pending == 0 {
-					heardHead = true
-					for _, f := range held {
-						write(f)
-					}
-					held = nil
-				}
-			}
+			w.write(m)
 		}
 	}
 }
 
-// beatKids sends every lower agent a heartbeat on each tick, and drops
-// those it heard nothing from for timeout, until the agent ends.
-func (a *agent) beatKids(t *time.Ticker, timeout time.Duration) {
-	beat := control.AppendFrame(nil, control.TypeBeat, nil)
-	for {
-		var now time.Time
-		select {
-		case now = <-t.C:
-		case <-a.quit:
+// kidWriter writes a lower agent's input: the head's bytes as they come,
+// and this agent's own frames between two of the head's frames.
+type kidWriter struct {
+	p       AgentProcess
+	pending int // bytes of the head's current frame still to write
+	// This agent's frames wait for the head's first (its hello), which
+	// the lower agent must read first.
+	held      [][]byte
+	heardHead bool
+	broken    bool // a write failed: its reader reports the end
+}
+
+func (w *kidWriter) write(m kidMsg) {
+	if m.frame != nil {
+		if w.pending > 0 || !w.heardHead {
+			w.held = append(w.held, m.frame)
 			return
 		}
-		a.kidsMu.Lock()
-		kids := make([]*kid, 0, len(a.kids))
-		for _, k := range a.kids {
-			kids = append(kids, k)
+		w.put(m.frame)
+		return
+	}
+	for b := m.raw; len(b) > 0; {
+		if w.pending == 0 {
+			if len(b) < 4 {
+				w.broken = true // not the head's frames: drop the rest
+				return
+			}
+			w.pending = 4 + int(binary.BigEndian.Uint32(b))
 		}
-		a.kidsMu.Unlock()
-		for _, k := range kids {
-			select {
-			case <-k.ready:
-			default:
-				continue
+		n := min(w.pending, len(b))
+		w.put(b[:n])
+		w.pending, b = w.pending-n, b[n:]
+		if w.pending == 0 {
+			w.heardHead = true
+			for _, f := range w.held {
+				w.put(f)
 			}
-			if k.proc == nil {
-				continue
-			}
-			if last := time.Unix(0, k.heard.Load()); now.Sub(last) > timeout {
-				if k.lostWhy.Load() == nil {
-					k.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
-					k.proc.Kill()
-				}
-				continue
-			}
-			k.send(kidMsg{frame: beat})
+			w.held = nil
 		}
+	}
+}
+
+func (w *kidWriter) put(b []byte) {
+	if !w.broken {
+		if _, err := w.p.Write(b); err != nil {
+			w.broken = true
+		}
+	}
+}
+
+// beatKids sends every lower agent a heartbeat, and drops those it heard
+// nothing from for the heartbeats' timeout.
+func (a *agent) beatKids(now time.Time) {
+	beat := control.AppendFrame(nil, control.TypeBeat, nil)
+	for _, k := range a.kids {
+		if k.proc == nil {
+			continue
+		}
+		if last := time.Unix(0, k.heard.Load()); now.Sub(last) > a.kidTimeout {
+			if k.lostWhy.Load() == nil {
+				k.lostWhy.Store(fmt.Sprintf("heard nothing from it for %v (host down, or its link cut)", now.Sub(last).Round(time.Millisecond)))
+				k.proc.Kill()
+			}
+			continue
+		}
+		k.in.send(kidMsg{frame: beat})
 	}
 }
 
@@ -372,61 +401,92 @@ func sshOptions(s control.SSH, log func(string, ...any)) sshclient.Options {
 		ConnectTimeout: s.ConnectTimeout, MaxHandshakes: s.MaxHandshakes, Log: log}
 }
 
-// relayTo hands bytes from the head to a lower agent.
+// relayTo hands bytes from the head to a lower agent (r.Data is the
+// event's own).
 func (a *agent) relayTo(r control.Relay) {
-	a.kidsMu.Lock()
 	k := a.kids[r.Node]
-	a.kidsMu.Unlock()
 	if k == nil {
 		return
 	}
 	if len(r.Data) == 0 {
-		k.send(kidMsg{eof: true})
+		k.in.send(kidMsg{eof: true})
 		return
 	}
-	k.send(kidMsg{raw: append([]byte(nil), r.Data...)})
+	k.in.send(kidMsg{raw: r.Data})
 }
 
 // toKids sends a frame of this agent's to every lower agent.
 func (a *agent) toKids(frame []byte) {
-	a.kidsMu.Lock()
-	defer a.kidsMu.Unlock()
 	for _, k := range a.kids {
-		k.send(kidMsg{frame: frame})
+		k.in.send(kidMsg{frame: frame})
 	}
 }
 
-// kidCount is how many lower agents this agent started.
-func (a *agent) kidCount() int {
-	a.kidsMu.Lock()
-	defer a.kidsMu.Unlock()
-	return len(a.kids)
-}
-
 // dropKids ends the connections to every lower agent: each sees EOF and
-// stops its own ranks and its own lower agents.
+// stops its own ranks and its own lower agents. One still starting is
+// killed once started (onKidStarted).
 func (a *agent) dropKids() {
-	a.kidsMu.Lock()
-	defer a.kidsMu.Unlock()
-	a.kidsDropped = true // and those still starting, once started
 	for _, k := range a.kids {
-		select {
-		case <-k.ready:
-			if k.proc != nil {
-				k.proc.Kill()
-			}
-		default:
+		if k.proc != nil {
+			k.proc.Kill()
 		}
 	}
 	if a.kidBeat != nil {
 		a.kidBeat.Stop()
+		a.kidBeatC = nil
+	}
+}
+
+// onFenceCalled numbers a fence of this host's ranks and sends it up, or
+// into the subtree's round when this agent has lower agents; the answer
+// goes to its waiter (fenceReplied). A spawned job's fences are each
+// host's own, and go straight up.
+func (a *agent) onFenceCalled(e fenceCalled) {
+	job := [2]int{e.gen, e.job}
+	a.fenceSeq[job]++
+	key := fenceKey{e.gen, e.job, a.fenceSeq[job]}
+	a.fenceWait[key] = e.reply
+	fe := control.Fence{Generation: e.gen, Job: e.job, Seq: key[2], Puts: e.puts}
+	if e.job == 0 && len(a.kids) > 0 {
+		// The lower agents' fences join this one, and go up as one.
+		fe.Nodes = []int{e.node}
+		a.arrive(fe)
+		return
+	}
+	if e.job != 0 {
+		fe.Nodes = []int{e.node}
+	}
+	a.send(control.TypeFence, fe)
+}
+
+// onFenceReplied hands the head's answer to a fence to its waiter, and
+// to the lower agents when it is the generation's.
+func (a *agent) onFenceReplied(e fenceReplied) {
+	if len(a.kids) > 0 && e.Job == 0 {
+		a.toKids(control.AppendFrame(nil, control.TypeFenceRe, e.raw))
+	}
+	a.fenceWait.deliver(fenceKey{e.Generation, e.Job, e.Seq}, e.FenceReply)
+}
+
+// forgetFences forgets the fences of the generations before gen: their
+// ranks have ended, and their answers would go nowhere.
+func (a *agent) forgetFences(gen int) {
+	for k := range a.fenceSeq {
+		if k[0] < gen {
+			delete(a.fenceSeq, k)
+		}
+	}
+	for k := range a.fenceWait {
+		if k[0] < gen {
+			delete(a.fenceWait, k)
+		}
 	}
 }
 
 // treeFence gathers the fences of an agent's subtree: its own host's and
 // each lower agent's (which stand for their own subtrees), and sends one
 // Fence up for all of them once every one arrived. The answer comes down
-// the same way (agent.fenceAnswer).
+// the same way (onFenceReplied).
 //
 // A round that is still missing some after the rendezvous timeout (the
 // hosts' own barrier's, which the head's store exceeds by a tenth) goes
@@ -434,9 +494,8 @@ func (a *agent) dropKids() {
 // store then names the hosts that never arrived, not every host of the
 // subtree that one of them held back.
 type treeFence struct {
-	mu      sync.Mutex
 	rounds  map[[2]int]*treeRound // by generation and fence number
-	timeout atomic.Int64          // the rendezvous timeout (ns) of the current generation; 0: none
+	timeout time.Duration         // the rendezvous timeout of the current generation; 0: none
 }
 
 type treeRound struct {
@@ -448,9 +507,9 @@ type treeRound struct {
 
 // arrive adds one arrival (this host's, or a lower agent's subtree) to
 // its round, and sends the round up once all are in.
-func (t *treeFence) arrive(a *agent, f control.Fence) {
+func (a *agent) arrive(f control.Fence) {
+	t := &a.tree
 	key := [2]int{f.Generation, f.Seq}
-	t.mu.Lock()
 	if t.rounds == nil {
 		t.rounds = map[[2]int]*treeRound{}
 	}
@@ -458,13 +517,12 @@ func (t *treeFence) arrive(a *agent, f control.Fence) {
 	if r == nil {
 		r = &treeRound{f: &control.Fence{Generation: f.Generation, Seq: f.Seq, Puts: map[string]string{}}}
 		t.rounds[key] = r
-		if d := time.Duration(t.timeout.Load()); d > 0 {
-			r.timer = time.AfterFunc(d, func() { t.flush(a, key) })
+		if t.timeout > 0 {
+			r.timer = time.AfterFunc(t.timeout, func() { a.post(nil, roundDue{key}) })
 		}
 	}
 	if r.flushed {
-		t.mu.Unlock()
-		a.w.Send(control.TypeFence, f)
+		a.send(control.TypeFence, f)
 		return
 	}
 	for k, v := range f.Puts {
@@ -472,34 +530,26 @@ func (t *treeFence) arrive(a *agent, f control.Fence) {
 	}
 	r.f.Nodes = append(r.f.Nodes, f.Nodes...)
 	r.count++
-	var up *control.Fence
-	if r.count == 1+a.kidCount() {
-		up = r.f
+	if r.count == 1+len(a.kids) {
 		delete(t.rounds, key)
 		if r.timer != nil {
 			r.timer.Stop()
 		}
-	}
-	t.mu.Unlock()
-	if up != nil {
-		a.w.Send(control.TypeFence, up)
+		a.send(control.TypeFence, r.f)
 	}
 }
 
-// flush sends a round that timed out with what arrived of it.
-func (t *treeFence) flush(a *agent, key [2]int) {
-	t.mu.Lock()
-	r := t.rounds[key]
+// onRoundDue sends a round that timed out with what arrived of it.
+func (a *agent) onRoundDue(key [2]int) {
+	r := a.tree.rounds[key]
 	if r == nil || r.flushed {
-		t.mu.Unlock()
 		return
 	}
 	r.flushed = true
 	up := r.f
 	r.f = nil
-	t.mu.Unlock()
 	if len(up.Nodes) > 0 {
-		a.w.Send(control.TypeFence, up)
+		a.send(control.TypeFence, up)
 	}
 }
 

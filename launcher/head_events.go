@@ -159,11 +159,13 @@ func decodeEvent(node int, f control.Frame) (event, error) {
 	return nil, fmt.Errorf("%w: unexpected %s frame", control.ErrProtocol, f.Type)
 }
 
-// decoded decodes f's payload as a T and wraps it in its event.
-func decoded[T any](f control.Frame, wrap func(T) event) (event, error) {
+// decoded decodes f's payload as a T and wraps it in its event E: the
+// head's ([decodeEvent]) or the agent's ([decodeHeadFrame]).
+func decoded[T, E any](f control.Frame, wrap func(T) E) (E, error) {
 	var v T
 	if err := f.Decode(&v); err != nil {
-		return nil, err
+		var none E
+		return none, err
 	}
 	return wrap(v), nil
 }

@@ -38,41 +38,12 @@ var _ rendezvous.Fencer = (*hostFencer)(nil)
 // fenceKey identifies a fence the agent waits on: generation, job, number.
 type fenceKey [3]int
 
-// Fence sends this host's puts to the head and waits for the fence.
+// Fence sends this host's puts to the head, through the agent's loop
+// (fenceCalled), and waits for the fence.
 func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendezvous.Published, error) {
-	a := f.a
 	ch := make(chan control.FenceReply, 1)
-	a.fenceMu.Lock()
-	if a.fenceGen != f.gen {
-		a.fenceGen, a.fenceSeq = f.gen, map[int]int{}
-	}
-	if a.fenceSeq == nil {
-		a.fenceSeq = map[int]int{}
-	}
-	a.fenceSeq[f.job]++
-	key := fenceKey{f.gen, f.job, a.fenceSeq[f.job]}
-	if a.fenceWait == nil {
-		a.fenceWait = map[fenceKey]chan control.FenceReply{}
-	}
-	a.fenceWait[key] = ch
-	a.fenceMu.Unlock()
-	defer func() {
-		a.fenceMu.Lock()
-		delete(a.fenceWait, key)
-		a.fenceMu.Unlock()
-	}()
-	fe := control.Fence{Generation: f.gen, Job: f.job, Seq: key[2], Puts: puts}
-	if f.job == 0 && a.kidCount() > 0 {
-		// The lower agents' fences join this one, and go up as one.
-		fe.Nodes = []int{f.node}
-		a.tree.arrive(a, fe)
-	} else {
-		if f.job != 0 {
-			fe.Nodes = []int{f.node}
-		}
-		if err := a.w.Send(control.TypeFence, fe); err != nil {
-			return nil, fmt.Errorf("fence: %w", err)
-		}
+	if err := f.a.post(ctx, fenceCalled{gen: f.gen, job: f.job, node: f.node, puts: puts, reply: ch}); err != nil {
+		return nil, fmt.Errorf("fence: %w", err)
 	}
 	select {
 	case r := <-ch:
@@ -86,16 +57,8 @@ func (f *hostFencer) Fence(ctx context.Context, puts map[string]string) (*rendez
 		return kvs, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	}
-}
-
-// fenceDone hands the head's answer to the waiting fence.
-func (a *agent) fenceDone(r control.FenceReply) {
-	a.fenceMu.Lock()
-	ch := a.fenceWait[fenceKey{r.Generation, r.Job, r.Seq}]
-	a.fenceMu.Unlock()
-	if ch != nil {
-		ch <- r
+	case <-f.a.quit:
+		return nil, fmt.Errorf("fence: %w", errAgentEnded)
 	}
 }
 
@@ -127,6 +90,9 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 		}
 	}
 	gen := l.Generation
+	// ctx ends the connections, and the requests to the head that they
+	// wait on, when the server closes.
+	ctx, cancel := context.WithCancel(context.Background())
 	fencer := &hostFencer{a: a, gen: gen, node: l.NodeRank}
 	base, preput := 0, map[string]string(nil)
 	if sp := l.Spawned; sp != nil {
@@ -143,19 +109,19 @@ func (a *agent) startPMI(l control.Launch) (*pmiState, error) {
 			a.w.Send(control.TypeAbort, control.Abort{Generation: gen, Rank: base + rank, Early: true})
 		},
 		Names: func(rank int, op, service, port string) (string, error) {
-			return a.pmiName(gen, l.PMI.KVSName, rank, op, service, port)
+			return a.pmiName(ctx, gen, l.PMI.KVSName, rank, op, service, port)
 		},
 		Spawn: func(rank int, sp rendezvous.PMISpawn) error {
-			return a.pmiSpawn(gen, l.PMI.KVSName, rank, sp)
+			return a.pmiSpawn(ctx, gen, l.PMI.KVSName, rank, sp)
 		},
 		FenceTimeout: l.PMI.FenceTimeout, OnFenceTimeout: a.fenceTimedOut(gen, base, l.PMI.FenceTimeout),
 		RankBudget: rankBudget(l), JobBudget: jobBudget(l),
 		Logf: a.log.printf,
 	})
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	p := &pmiState{srv: srv, ctx: ctx, cancel: cancel}
 	if l.Spawned != nil {
 		return p, nil // Go ranks rendezvous over the generation's socket only

@@ -35,8 +35,9 @@ const (
 // (Open MPI 4 speaks nothing else), and why: an ELF program that links
 // Open MPI's libmpi.so.40 or libpmix, or a Python program that uses mpi4py
 // (Debian links mpi4py to Open MPI). A program that runs a script is read
-// as far as its first 256 KiB.
-func needsPMIx(path string, argv []string) (bool, string) {
+// as far as its first 256 KiB; a script named by a relative path is found
+// in dir, the ranks' working directory ("" = this process's).
+func needsPMIx(path string, argv []string, dir string) (bool, string) {
 	if why := elfNeedsPMIx(path); why != "" {
 		return true, why
 	}
@@ -50,7 +51,7 @@ func needsPMIx(path string, argv []string) (bool, string) {
 				return true, "it imports mpi4py"
 			}
 			if !strings.HasPrefix(a, "-") {
-				if mentions(a, "mpi4py") {
+				if mentions(inDir(dir, a), "mpi4py") {
 					return true, a + " imports mpi4py"
 				}
 				break
@@ -65,6 +66,14 @@ func needsPMIx(path string, argv []string) (bool, string) {
 		}
 	}
 	return false, ""
+}
+
+// inDir is path as a process whose working directory is dir opens it.
+func inDir(dir, path string) string {
+	if dir == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
 }
 
 // elfNeedsPMIx names the Open MPI or PMIx library an ELF file links.
@@ -171,7 +180,8 @@ func (a *agent) startPMIx(l control.Launch, paths ...string) (*pmixState, error)
 	if mode == PMIxAuto {
 		need := false
 		for k, path := range paths {
-			if n, _ := needsPMIx(path, launchApp(l, k).Argv); n {
+			app := launchApp(l, k)
+			if n, _ := needsPMIx(path, app.Argv, app.Dir); n {
 				need = true
 				break
 			}

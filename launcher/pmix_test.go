@@ -52,8 +52,16 @@ func TestNeedsPMIx(t *testing.T) {
 		prog{filepath.Join(dir, "missing"), []string{"missing"}, false},
 	)
 	for _, p := range progs {
-		if got, why := needsPMIx(p.path, p.argv); got != p.want {
+		if got, why := needsPMIx(p.path, p.argv, ""); got != p.want {
 			t.Errorf("needsPMIx(%s, %q) = %v (%s), want %v", p.path, p.argv, got, why, p.want)
 		}
+	}
+	// A script named relative to the ranks' directory, as a remote agent
+	// (started in the ssh login's directory) sees it (migrants #46).
+	if got, _ := needsPMIx("/usr/bin/python3", []string{"python3", "job.py"}, dir); !got {
+		t.Errorf("needsPMIx(python3 job.py) in %s = false, want true", dir)
+	}
+	if got, _ := needsPMIx("/usr/bin/python3", []string{"python3", "job.py"}, t.TempDir()); got {
+		t.Error("needsPMIx(python3 job.py) in a directory without it = true")
 	}
 }

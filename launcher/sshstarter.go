@@ -291,7 +291,7 @@ func programMayNeedPMIx(argv []string) bool {
 	if err != nil && !errors.Is(err, exec.ErrDot) {
 		return true
 	}
-	need, _ := needsPMIx(path, argv)
+	need, _ := needsPMIx(path, argv, "")
 	return need
 }
 
