@@ -1,68 +1,111 @@
-# gorun: build, run, test, bench. `make test` is what CI runs.
+# gorun: build, run, test, bench, install. `make test` is what CI runs;
+# docs/building.md says what each program is and how it is built.
 GO ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
 # 1 where Go finds its C compiler (as `go build` itself decides), else 0.
 CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
 # Go's default C flags, less the warnings about the NVML functions that
-# go-nvml wraps and NVIDIA has deprecated (a screenful on a fresh build),
-# for the cgo builds (gorun alone links go-nvml, through topology/nvmllib;
-# the flags are harmless for gorun-pmix, the fabric plugin and make
-# test-short's).
+# go-nvml wraps and NVIDIA has deprecated (some 150 lines on a cold build:
+# go-nvml's own package compiles them, which no #cgo line of gorun's
+# reaches). Harmless for gorun-pmix and the plugins.
 NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
 # urfave/cli's man and markdown generator, which gorun does not use, left
-# out of gorun: its initialisation (blackfriday's) cost 0.4 ms of every
-# start of gorun and of each host's agent.
+# out: its initialisation (blackfriday's) costs 0.3-0.4 ms of every start
+# of a gorun process (head, agent, bind step). The only build flag that
+# make build adds to `go install ./cmd/...`; nothing of gorun's depends on it.
 GORUN_TAGS := urfave_cli_no_docs
+GOBUILD = $(GO) build -tags $(GORUN_TAGS)
 
-.PHONY: build plugins install-plugins run test test-short check fuzz bench bench-mpi bench-coll bench-small bench-startcost bench-crossover bench-plugins bench-slurm bench-scale clean
+# make install's layout (DESTDIR for staged installs, as packagers do).
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+PLUGINDIR = $(PREFIX)/lib/gorun/plugins
+MANDIR = $(PREFIX)/share/man
+BASHCOMPDIR = $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR = $(PREFIX)/share/zsh/site-functions
 
-# gorun is built with cgo, so that it has NVML (go-nvml dlopens
-# libnvidia-ml.so.1 at run time: no CUDA needed to build), and links
-# glibc dynamically; gorun-static next to it (no cgo) is what gorun copies
-# to hosts whose glibc is older than gorun needs. Without a C compiler,
-# gorun is a static build too, without NVML. Both are the launcher build
-# (-tags launcher_only): without Go's collective runtime and the plugin
-# host, and so without go-plugin and gRPC, whose initialisation cost every
-# gorun process 1.5-2 ms. gorun-tools is the full build (static, so that
-# any host runs it), which gorun runs for gorun bench, gorun plugins and
-# --plugin-check. gorun-pmix, the PMIx plugin for Open MPI programs, links
-# libpmix (libpmix-dev). All sit next to each other.
-build: plugins
+.PHONY: build gorun gorun-static gorun-tools gorun-pmix plugins install install-plugins install-check run test test-short check fuzz bench bench-mpi bench-coll bench-small bench-startcost bench-crossover bench-plugins bench-slurm bench-scale clean
+
+# The programs, by role, side by side (see docs/building.md):
+#   gorun         the launcher: head, agent, bind step (cgo, for NVML)
+#   gorun-tools   its companion: gorun bench's ranks, the plugin host of
+#                 gorun plugins and --plugin-check (static: it runs on any
+#                 host gorun stages it to)
+#   gorun-static  gorun without cgo, which gorun stages to hosts whose
+#                 glibc is older than its own
+#   gorun-pmix    the PMIx server for Open MPI programs (libpmix-dev)
+# and the shipped plugins in lib/gorun/plugins. `go install ./cmd/...`
+# gives the first two, as these lines build them.
+build: gorun gorun-tools gorun-static gorun-pmix plugins
+
+gorun:
 	@if [ "$(CGO)" = 0 ]; then echo "note: no C compiler ($$($(GO) env CC)): gorun built without cgo, so without NVML"; fi
-	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -tags $(GORUN_TAGS),launcher_only -ldflags "$(LDFLAGS)" -o gorun ./cmd/gorun
-	CGO_ENABLED=0 $(GO) build -tags $(GORUN_TAGS),launcher_only -ldflags "$(LDFLAGS)" -o gorun-static ./cmd/gorun
-	CGO_ENABLED=0 $(GO) build -tags $(GORUN_TAGS) -ldflags "$(LDFLAGS)" -o gorun-tools ./cmd/gorun
+	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GOBUILD) -o gorun ./cmd/gorun
+
+gorun-tools:
+	CGO_ENABLED=0 $(GOBUILD) -o gorun-tools ./cmd/gorun-tools
+
+gorun-static:
+	CGO_ENABLED=0 $(GOBUILD) -o gorun-static ./cmd/gorun
+
+# A program that cannot be built here is removed, so that no stale one is
+# installed or staged.
+gorun-pmix:
 	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o gorun-pmix ./plugins/pmix; \
-	else echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
+	else rm -f gorun-pmix; echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
 # The shipped plugins, into lib/gorun/plugins (gorun --plugin-dir
-# lib/gorun/plugins, or make install-plugins). The fabric plugin links
-# libfabric (libfabric-dev) with cgo; gorun does not. The CUDA plugin
-# uses cgo only to dlopen libcuda.so.1: it builds without CUDA. The example plugins
-# in examples/plugins are not shipped: their tests build them.
+# lib/gorun/plugins, or make install). The fabric plugin links libfabric
+# (libfabric-dev) with cgo; gorun does not. The CUDA plugin uses cgo only
+# to dlopen libcuda.so.1: it builds without CUDA. The example plugins in
+# examples/plugins are not shipped: their tests build them.
 PLUGIN_DIR := lib/gorun/plugins
 plugins:
 	@mkdir -p $(PLUGIN_DIR)
 	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
-	else echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
+	else rm -f $(PLUGIN_DIR)/gorun-plugin-fabric; echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
 	@if command -v $${CC:-cc} >/dev/null 2>&1; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-cuda ./plugins/cuda; \
-	else echo "note: no C compiler: gorun-plugin-cuda (NVIDIA GPUs) not built"; fi
+	else rm -f $(PLUGIN_DIR)/gorun-plugin-cuda; echo "note: no C compiler: gorun-plugin-cuda (NVIDIA GPUs) not built"; fi
 
-# Where every user's gorun finds them without --plugin-dir.
+# gorun, its companions, the plugins built, the man pages and the shell
+# completions, under $(DESTDIR)$(PREFIX). gorun finds the plugins in
+# /usr/local/lib/gorun/plugins and /usr/lib/gorun/plugins by itself; under
+# another PREFIX, name the directory in GORUN_PLUGIN_PATH.
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 \
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR)
+	install -m 755 gorun gorun-tools gorun-static $(DESTDIR)$(BINDIR)/
+	@if [ -f gorun-pmix ]; then echo 'install -m 755 gorun-pmix $(DESTDIR)$(BINDIR)/'; install -m 755 gorun-pmix $(DESTDIR)$(BINDIR)/; fi
+	@for p in $(PLUGIN_DIR)/gorun-plugin-*; do [ -f "$$p" ] || continue; echo "install -m 755 $$p $(DESTDIR)$(PLUGINDIR)/"; install -m 755 "$$p" $(DESTDIR)$(PLUGINDIR)/; done
+	install -m 644 man/gorun.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 man/gorun-hostfile.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 man/gorun-plugin.7 $(DESTDIR)$(MANDIR)/man7/
+	./gorun completion bash > $(DESTDIR)$(BASHCOMPDIR)/gorun
+	./gorun completion zsh > $(DESTDIR)$(ZSHCOMPDIR)/_gorun
+	@case "$(PREFIX)" in /usr|/usr/local) ;; *) echo "note: gorun looks for plugins in $(PLUGINDIR) only with GORUN_PLUGIN_PATH=$(PLUGINDIR)";; esac
+
+# The plugins alone, where every user's gorun finds them without
+# --plugin-dir (~/.local/lib/gorun/plugins).
 install-plugins: plugins
 	mkdir -p $(HOME)/.local/lib/gorun/plugins
 	@if ls $(PLUGIN_DIR)/gorun-plugin-* >/dev/null 2>&1; then cp -v $(PLUGIN_DIR)/gorun-plugin-* $(HOME)/.local/lib/gorun/plugins/; \
 	else echo "note: no plugin built, nothing installed"; fi
 
-# gorun's main job on this machine: localhost is the default host.
-run: build
+# make install into a scratch DESTDIR, and the tree it makes checked
+# (scripts/install-check.sh): part of make test.
+install-check:
+	./scripts/install-check.sh
+
+# gorun's main job on this machine: localhost is the default host. It
+# builds gorun alone, which that job needs.
+run: gorun
 	./gorun -np 4 hostname
 
 # The whole test suite, on a fresh Debian 12 machine as root.
 test: check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./topology/... ./env   # the static build: NVML absent, and saying why
+	./scripts/install-check.sh
 
 check:
 	./scripts/test-deps.sh

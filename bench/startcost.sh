@@ -28,8 +28,7 @@ mkdir -p "$OUT" "$BENCH/.bin"
 echo "building..." >&2
 (
   cd "$ROOT"
-  CGO_ENABLED=0 go build -tags urfave_cli_no_docs,launcher_only -o bench/.bin/gorun ./cmd/gorun # as make build does
-  CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun-tools ./cmd/gorun
+  CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun ./cmd/gorun # as make build does (without cgo)
   CGO_ENABLED=0 go build -o bench/.bin/hello bench/startcost/hello.go
   CGO_ENABLED=0 go build -o bench/.bin/hello-goplugin bench/startcost/goplugin.go
 )
@@ -39,7 +38,7 @@ B=$BENCH/.bin
   echo "host: $(uname -srm), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
   echo "go: $(go version)"
   echo "gorun: $($B/gorun --version 2>&1 | head -1), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo ?)"
-  echo "binaries (bytes): hello $(stat -c %s $B/hello), hello-goplugin $(stat -c %s $B/hello-goplugin), gorun $(stat -c %s $B/gorun), gorun-tools $(stat -c %s $B/gorun-tools)"
+  echo "binaries (bytes): hello $(stat -c %s $B/hello), hello-goplugin $(stat -c %s $B/hello-goplugin), gorun $(stat -c %s $B/gorun)"
   echo "settings: RUNS=$RUNS WARMUP=$WARMUP"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
@@ -53,9 +52,7 @@ cd "$SCRATCH" # no gorun.toml of ours is found here
   "go-hello=$B/hello" \
   "go-hello+go-plugin=$B/hello-goplugin" \
   "gorun-version=$B/gorun --version" \
-  "gorun-tools-version=$B/gorun-tools --version" \
   "gorun-np1=$B/gorun --jobs-dir $SCRATCH/jobs -np 1 /bin/true" \
-  "gorun-tools-np1=$B/gorun-tools --jobs-dir $SCRATCH/jobs -np 1 /bin/true" \
   "hydra-np1=$HYDRA -n 1 /bin/true" > "$OUT/summary.tsv"
 
 echo

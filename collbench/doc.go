@@ -14,8 +14,11 @@
 // [ParseSize], [Sizes] and [FormatSize] handle message sizes as nccl-tests'
 // -b, -e, -f and -i options do.
 //
-// [Run] is the ranks' side: every rank of a communicator calls it with the
-// same [Config]; rank 0 writes each size's Result as a line (ResultPrefix,
-// then JSON) to its standard output, which gorun relays to the head, where
-// a [Collector] turns the lines into the live table and the files.
+// This package is the head's side and what both sides share; it links no
+// collective runtime. The ranks' side is package
+// [github.com/gorun/gorun/collbench/benchrank]: every rank of a
+// communicator runs it with the same [Config] (from [EnvConfig]); rank 0
+// writes each size's Result as a line (ResultPrefix, then JSON) to its
+// standard output, which gorun relays to the head, where a [Collector]
+// turns the lines into the live table and the files.
 package collbench

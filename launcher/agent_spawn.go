@@ -426,6 +426,9 @@ func (a *agent) resolveProgram(argv []string, dir string, exports, base []string
 		}
 		return exe, 0, ""
 	}
+	if prog == ToolsProgram {
+		return companionPath()
+	}
 	if strings.Contains(prog, "/") {
 		if !filepath.IsAbs(prog) {
 			prog = filepath.Join(l.Dir, prog)

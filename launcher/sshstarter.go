@@ -50,8 +50,9 @@ type SSHStarter struct {
 	PMIx string
 	Argv []string
 
-	pmixOnce   sync.Once
+	extrasOnce sync.Once
 	pmixPlugin string // the local gorun-pmix to stage with gorun, or ""
+	tools      string // the local gorun-tools to stage with gorun, or "" (toolsToStage)
 }
 
 var _ Starter = (*SSHStarter)(nil)
@@ -151,7 +152,7 @@ func (s *SSHStarter) source() string {
 // or "" where gorun's binaries cannot be read here (Stage then says why).
 func (s *SSHStarter) fastCommand(host hostfile.Host) string {
 	src := s.source()
-	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
+	s.findExtras(src)
 	cmd, err := sshclient.StartCommand(s.Exe, src, s.extra(), "agent", "--host", host.Name)
 	if err != nil {
 		return ""
@@ -166,7 +167,7 @@ func (s *SSHStarter) fastCommand(host hostfile.Host) string {
 // copy), it goes on with startStatic.
 func (s *SSHStarter) stageAndStart(ctx context.Context, c *ssh.Client, host hostfile.Host, mine, why string, refused *glibcRefusedError) (*sshAgent, error) {
 	src := s.source()
-	s.pmixOnce.Do(func() { s.pmixPlugin = pmixToStage(src, s.PMIx, s.Argv) })
+	s.findExtras(src)
 	st, err := sshclient.Stage(ctx, c, src, s.Exe, s.extra()...)
 	var ge *sshclient.GlibcError
 	if errors.As(err, &ge) {
@@ -243,20 +244,48 @@ func (s *SSHStarter) startStatic(ctx context.Context, c *ssh.Client, host hostfi
 	return a, nil
 }
 
-// extra returns the files to stage next to gorun (see pmixToStage).
+// findExtras finds, once, the files to stage next to src, the gorun
+// binary to copy (pmixToStage, toolsToStage).
+func (s *SSHStarter) findExtras(src string) {
+	s.extrasOnce.Do(func() { s.pmixPlugin, s.tools = pmixToStage(src, s.PMIx, s.Argv), toolsToStage(src, s.Argv) })
+}
+
+// extra returns the files to stage next to gorun (see findExtras).
 func (s *SSHStarter) extra() []string {
-	if s.pmixPlugin == "" {
-		return nil
+	var out []string
+	for _, p := range []string{s.pmixPlugin, s.tools} {
+		if p != "" {
+			out = append(out, p)
+		}
 	}
-	return []string{s.pmixPlugin}
+	return out
 }
 
 // with says, for the log, what was staged next to gorun.
 func (s *SSHStarter) with() string {
-	if s.pmixPlugin == "" {
+	var names []string
+	for _, p := range s.extra() {
+		names = append(names, filepath.Base(p))
+	}
+	if len(names) == 0 {
 		return ""
 	}
-	return " (with " + pmixbridge.Binary + " next to it)"
+	return " (with " + strings.Join(names, " and ") + " next to it)"
+}
+
+// toolsToStage returns the gorun-tools to stage along with the gorun
+// binary exe, or "": the file of that name next to exe, where the job's
+// program is ToolsProgram (gorun bench's ranks). Jobs of other programs
+// are spared the copy.
+func toolsToStage(exe string, argv []string) string {
+	if len(argv) == 0 || argv[0] != ToolsProgram {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), ToolsBinary)
+	if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+		return "" // the agent says that it is missing
+	}
+	return p
 }
 
 // pmixToStage returns the gorun-pmix plugin to stage along with the gorun
@@ -282,10 +311,11 @@ func pmixToStage(exe, mode string, argv []string) string {
 // programMayNeedPMIx says whether the program argv[0], as this host
 // resolves it (a path relative to the working directory, else a name in
 // PATH), may need PMIx: needsPMIx says so, or this host cannot resolve
-// it, as when it is on the other hosts only.
+// it, as when it is on the other hosts only. gorun's own programs
+// (ToolsProgram, SelfProgram) do not.
 func programMayNeedPMIx(argv []string) bool {
-	if len(argv) == 0 {
-		return false
+	if len(argv) == 0 || argv[0] == ToolsProgram || argv[0] == SelfProgram {
+		return false // gorun's own: Go ranks, which speak no PMIx
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil && !errors.Is(err, exec.ErrDot) {

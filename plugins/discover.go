@@ -24,12 +24,18 @@ const BinaryPrefix = "gorun-plugin-"
 // after --plugin-dir and before the standard directories.
 const EnvPath = env.PluginPath
 
-// SystemDir is the system-wide plugin directory.
+// LocalDir is the plugin directory of `make install`'s default prefix,
+// /usr/local.
+const LocalDir = "/usr/local/lib/gorun/plugins"
+
+// SystemDir is the system-wide plugin directory of a distribution's
+// package (make install PREFIX=/usr).
 const SystemDir = "/usr/lib/gorun/plugins"
 
 // Dirs returns the plugin directories in search order: extra (from
 // --plugin-dir), then $GORUN_PLUGIN_PATH, then ~/.local/lib/gorun/plugins,
-// then /usr/lib/gorun/plugins. Empty entries are dropped.
+// then /usr/local/lib/gorun/plugins, then /usr/lib/gorun/plugins. Empty
+// entries are dropped.
 func Dirs(extra []string) []string {
 	var out []string
 	seen := map[string]bool{}
@@ -49,6 +55,7 @@ func Dirs(extra []string) []string {
 	if home, err := os.UserHomeDir(); err == nil {
 		add(filepath.Join(home, ".local", "lib", "gorun", "plugins"))
 	}
+	add(LocalDir)
 	add(SystemDir)
 	return out
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gorun's test suite needs, when they are
 # missing. Tests that need one of them fail (not skip) in CI without it.
+# The list is what a minimal Debian 12 (debootstrap --variant=minbase, as
+# a debian:12 container is) lacks for make test, with Go and make.
 set -euo pipefail
 pkgs=(
   python3-torch   # real PyTorch DDP (gloo) client, and /usr/bin/python3 for crash tests
@@ -16,7 +18,10 @@ pkgs=(
   iproute2        # ip: testhosts' network namespaces, bridge, veths and routes
   util-linux mount  # unshare, nsenter and mount: testhosts' UTS and mount namespaces
   libfabric-dev libfabric-bin  # plugins/fabric/ofi links libfabric with cgo; its tests run the tcp;ofi_rxm and shm providers
-  gdb elfutils    # gorun stacks: gdb and eu-stack read native ranks' stacks (the hang tests)
+  gdb elfutils    # gorun stacks: gdb and eu-stack read native ranks' stacks (the hang tests); not libc6-dbg: the verdict reads the same without it
+  jq              # the README's transcripts pipe gorun's JSON through jq (TestREADMEExamples)
+  zsh             # zsh -n checks the zsh completion script (TestCompletionZsh; skipped without it)
+  git             # make check lists the Go files for gofmt with git ls-files
   slurmctld slurmd slurm-client munge  # slurmtest's real Slurm cluster: slurmctld, one slurmd per node, munged, and sbatch/srun/squeue/scancel/scontrol/sinfo
 )
 missing=()

@@ -68,7 +68,12 @@
 //   - Frames that every program or thread starts in are dropped: _start,
 //     __libc_start_main, __libc_start_call_main, start_thread, clone3;
 //     Python's runpy and threading bootstrap frames; Go's runtime.main and
-//     runtime.goexit.
+//     runtime.goexit. So are the frames below __libc_start_main (a
+//     program's _start, named or not) and the C library's frames without
+//     a symbol at the start of a thread, under main or under a thread's
+//     function: its start-up code, which the tools name only with glibc's
+//     detached debug symbols (libc6-dbg), so that a stack reads the same
+//     with or without them.
 //   - A library's frames are collapsed into the one through which the
 //     program entered it, the outermost of the run: a shared object for
 //     native code, a package (under site-packages or dist-packages) or a

@@ -3,6 +3,7 @@ package stacks
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -19,6 +20,9 @@ type nframe struct {
 // package documentation. The frames keep their files and lines; only
 // Func is rewritten.
 func Normalize(lang string, frames []Frame) []Frame {
+	if lang != LangPython && lang != LangGo {
+		frames = frames[:startupEnd(frames)]
+	}
 	var n []nframe
 	for _, f := range frames {
 		f.addr = 0
@@ -141,6 +145,33 @@ func nativeStart(fn string) bool {
 		return true
 	}
 	return strings.HasPrefix(fn, "__libc_start_main")
+}
+
+// startupEnd returns how many of a native thread's frames (innermost
+// first) are the thread's own, before its start-up: the frames from
+// __libc_start_main (or __libc_start_call_main) outwards (the program's
+// _start, named or not, a stripped program's too), and below them the run
+// of frames that every thread starts in (nativeStart) or that are the C
+// library's without a symbol. The C library's start-up under main
+// (__libc_start_call_main) and under a thread's function (start_thread,
+// clone3) is named only with its detached debug symbols (Debian's
+// libc6-dbg): without them it is "??", which the verdict would otherwise
+// show and compare. A thread that has no frame of its own keeps them all.
+func startupEnd(frames []Frame) int {
+	end := len(frames)
+	if i := slices.IndexFunc(frames, func(f Frame) bool {
+		return strings.HasPrefix(f.Func, "__libc_start_main") || f.Func == "__libc_start_call_main"
+	}); i >= 0 {
+		end = i
+	}
+	for end > 0 {
+		f := frames[end-1]
+		if fn := cleanNative(f.Func, f.Module); !nativeStart(f.Func) && !nativeStart(fn) && !(fn == "??" && libcModule(f.Module)) {
+			return end
+		}
+		end--
+	}
+	return len(frames)
 }
 
 // sharedLib reports whether a native module is a shared library (not the

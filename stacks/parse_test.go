@@ -82,6 +82,36 @@ func TestParseNative(t *testing.T) {
 				{Func: "main", File: "t.c", Line: 12},
 			}},
 		}},
+		// Without glibc's detached debug symbols (libc6-dbg), the C
+		// library's internal functions have no name.
+		{"eu-stack, two threads, no libc6-dbg", parseEuStack, "eu-stack/multi-nodbg.txt", []Thread{
+			{ID: 1082, Frames: []Frame{
+				{Func: "read", Module: libc},
+				readMain[1], readMain[2],
+				{Func: "??", Module: libc},
+				{Func: "__libc_start_main", Module: libc},
+				readMain[5],
+			}},
+			{ID: 1084, Frames: []Frame{
+				{Func: "pause", Module: libc},
+				pauser.Frames[1],
+				{Func: "??", Module: libc},
+				{Func: "??", Module: libc},
+			}},
+		}},
+		{"gdb, two threads, no libc6-dbg", parseGDB, "gdb/multi-nodbg.txt", []Thread{
+			{ID: 1084, Name: "t", Frames: []Frame{
+				{Func: "pause", Module: "/lib/x86_64-linux-gnu/libc.so.6"},
+				{Func: "waiter", File: "t.c", Line: 6},
+				{Func: "??", Module: "/lib/x86_64-linux-gnu/libc.so.6"},
+				{Func: "??", Module: "/lib/x86_64-linux-gnu/libc.so.6"},
+			}},
+			{ID: 1082, Name: "t", Frames: []Frame{
+				{Func: "read", Module: "/lib/x86_64-linux-gnu/libc.so.6"},
+				{Func: "read_input", File: "t.c", Line: 7},
+				{Func: "main", File: "t.c", Line: 12},
+			}},
+		}},
 		{"gdb refused", parseGDB, "gdb/eperm.stderr", nil},
 		{"eu-stack refused", parseEuStack, "eu-stack/eacces.stderr", nil},
 	}

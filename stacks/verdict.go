@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"github.com/gorun/gorun/internal/intranges"
+	"github.com/gorun/gorun/internal/plural"
 	"io"
 	"slices"
 	"strconv"
@@ -181,7 +182,7 @@ func (v *Verdict) WriteText(w io.Writer, verbose bool) {
 			hosts = append(hosts, r.Host)
 		}
 	}
-	fmt.Fprintf(w, "gorun: stacks of %s on %s\n", plural(len(v.Ranks), "rank"), plural(len(hosts), "host"))
+	fmt.Fprintf(w, "gorun: stacks of %s on %s\n", plural.Of(len(v.Ranks), "rank"), plural.Of(len(hosts), "host"))
 	langs := map[string]bool{}
 	for _, g := range v.Groups {
 		if g.Lang != "" {
@@ -246,7 +247,7 @@ func (v *Verdict) sentence() string {
 	case len(v.Groups) == 1:
 		return fmt.Sprintf("all %d ranks are at the same place: %s", total, v.Groups[0].Summary)
 	case len(v.Odd) == 0:
-		return fmt.Sprintf("no rank is odd one out: %d groups of %s each", len(v.Groups), plural(len(v.Groups[0].Ranks), "rank"))
+		return fmt.Sprintf("no rank is odd one out: %d groups of %s each", len(v.Groups), plural.Of(len(v.Groups[0].Ranks), "rank"))
 	}
 	var hosts []string
 	oddGroups := 0
@@ -266,7 +267,7 @@ func (v *Verdict) sentence() string {
 		verb = "differs"
 	}
 	others := total - len(v.Odd)
-	s := fmt.Sprintf("%s %s from the %s", where(v.Odd, hosts), verb, plural(others, "other"))
+	s := fmt.Sprintf("%s %s from the %s", where(v.Odd, hosts), verb, plural.Of(others, "other"))
 	if others == 1 {
 		s = fmt.Sprintf("%s %s from the other one", where(v.Odd, hosts), verb)
 	}
@@ -343,14 +344,6 @@ func where(ranks []int, hosts []string) string {
 	return s + FormatRanks(ranks) + " on " + formatHosts(hosts)
 }
 
-// plural says "1 rank" or "16 ranks".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + noun + "s"
-}
-
 // FormatRanks writes ranks as ascending ranges: "0-1,3-15".
 func FormatRanks(ranks []int) string { return intranges.Format(ranks) }
 
@@ -378,7 +371,7 @@ func formatHosts(hosts []string) string {
 	}
 	s := strings.Join(parts, ",")
 	if len(parts) > 4 || len(s) > 64 {
-		return plural(len(hosts), "host")
+		return plural.Of(len(hosts), "host")
 	}
 	return s
 }

@@ -35,6 +35,22 @@ func fixtureThread(t *testing.T, parse func([]byte) []Thread, name string) []Fra
 	return main.Frames
 }
 
+// mapped gives the frames of a fixture that gdb printed without a module
+// (those with debug information, and a stripped program's) the module at
+// their address, as fillModules does for a live process: the C library's
+// mapping (at 0x7f...), else the program exe's.
+func mapped(frames []Frame, exe string) []Frame {
+	for i := range frames {
+		if f := &frames[i]; f.Module == "" {
+			f.Module = exe
+			if f.addr >= 0x7f0000000000 {
+				f.Module = libc
+			}
+		}
+	}
+	return frames
+}
+
 func TestNormalize(t *testing.T) {
 	t.Parallel()
 	py := func(fn, file string) Frame { return Frame{Func: fn, File: file, Line: 1} }
@@ -47,6 +63,20 @@ func TestNormalize(t *testing.T) {
 	}{
 		{"eu-stack: libc's read called by the program", LangNative, fixtureThread(t, parseEuStack, "eu-stack/single.txt"), "read <- read_input <- main"},
 		{"gdb: the same, without modules, an inlined copy", LangNative, fixtureThread(t, parseGDB, "gdb/multi.txt"), "read <- read_input <- main"},
+		{"eu-stack without libc6-dbg: libc's start-up unnamed", LangNative, fixtureThread(t, parseEuStack, "eu-stack/single-nodbg.txt"), "read <- read_input <- main"},
+		{"gdb without libc6-dbg", LangNative, fixtureThread(t, parseGDB, "gdb/single-nodbg.txt"), "read <- read_input <- main"},
+		{"eu-stack without libc6-dbg: a thread's start unnamed", LangNative, parseEuStack(fixture(t, "eu-stack/multi-nodbg.txt"))[1].Frames, "pause <- waiter"},
+		{"gdb without libc6-dbg: a thread's start unnamed", LangNative, parseGDB(fixture(t, "gdb/multi-nodbg.txt"))[0].Frames, "pause <- waiter"},
+		{"libc without symbols above the program's code is kept", LangNative, []Frame{
+			{Func: "??", Module: libc}, {Func: "main", Module: tExe}, {Func: "??", Module: libc}, {Func: "_start", Module: tExe},
+		}, "?? in libc.so.6 <- main"},
+		{"a thread of libc without symbols only keeps them", LangNative, []Frame{
+			{Func: "??", Module: libc}, {Func: "??", Module: libc},
+		}, "?? in libc.so.6"},
+		{"a stripped program, eu-stack", LangNative, fixtureThread(t, parseEuStack, "eu-stack/stripped.txt"), "nanosleep <- ?? in sleep"},
+		{"a stripped program, eu-stack without libc6-dbg", LangNative, fixtureThread(t, parseEuStack, "eu-stack/stripped-nodbg.txt"), "nanosleep <- ?? in sleep"},
+		{"a stripped program, gdb", LangNative, mapped(fixtureThread(t, parseGDB, "gdb/stripped.txt"), "/usr/bin/sleep"), "nanosleep <- ?? in sleep"},
+		{"a stripped program, gdb without libc6-dbg", LangNative, mapped(fixtureThread(t, parseGDB, "gdb/stripped-nodbg.txt"), "/usr/bin/sleep"), "nanosleep <- ?? in sleep"},
 		{"MPICH spinning, sample 1", LangNative, fixtureThread(t, parseEuStack, "eu-stack/mpich-busy-1.txt"), "MPI_Barrier <- sync_grads <- main"},
 		{"MPICH spinning, sample 2: in UCX", LangNative, fixtureThread(t, parseEuStack, "eu-stack/mpich-busy-2.txt"), "MPI_Barrier <- sync_grads <- main"},
 		{"MPICH spinning, by gdb", LangNative, fixtureThread(t, parseGDB, "gdb/mpich-busy.txt"), "MPI_Barrier <- sync_grads <- main"},
@@ -246,6 +276,21 @@ func TestVerdict(t *testing.T) {
 	}{
 		{"odd-one", ranks16(t), false, []int{2}},
 		{"odd-one-verbose", ranks16(t)[12:], true, []int{2}}, // ranks 3, 2, 1, 0
+		// With or without glibc's debug symbols, by eu-stack or gdb: one
+		// place.
+		{"debug-symbols", []Rank{
+			{Rank: 0, Host: "n1", Procs: []Proc{nativeProc(10, fixtureThread(t, parseEuStack, "eu-stack/single.txt")...)}},
+			{Rank: 1, Host: "n2", Procs: []Proc{nativeProc(11, fixtureThread(t, parseEuStack, "eu-stack/single-nodbg.txt")...)}},
+			{Rank: 2, Host: "n1", Procs: []Proc{nativeProc(12, fixtureThread(t, parseGDB, "gdb/single.txt")...)}},
+			{Rank: 3, Host: "n2", Procs: []Proc{nativeProc(13, fixtureThread(t, parseGDB, "gdb/single-nodbg.txt")...)}},
+			{Rank: 4, Host: "n3", Procs: []Proc{nativeProc(14, fixtureThread(t, parseEuStack, "eu-stack/multi-nodbg.txt")...)}},
+		}, false, nil},
+		{"debug-symbols-stripped", []Rank{
+			{Rank: 0, Host: "n1", Procs: []Proc{nativeProc(10, fixtureThread(t, parseEuStack, "eu-stack/stripped.txt")...)}},
+			{Rank: 1, Host: "n2", Procs: []Proc{nativeProc(11, fixtureThread(t, parseEuStack, "eu-stack/stripped-nodbg.txt")...)}},
+			{Rank: 2, Host: "n1", Procs: []Proc{nativeProc(12, mapped(fixtureThread(t, parseGDB, "gdb/stripped.txt"), "/usr/bin/sleep")...)}},
+			{Rank: 3, Host: "n2", Procs: []Proc{nativeProc(13, mapped(fixtureThread(t, parseGDB, "gdb/stripped-nodbg.txt"), "/usr/bin/sleep")...)}},
+		}, false, nil},
 		{"same", []Rank{at(0, "n1", "MPI_Barrier", "main"), at(1, "n1", "MPI_Barrier", "main")}, false, nil},
 		{"one", []Rank{at(0, "n1", "main")}, false, nil},
 		{"equal-groups", []Rank{at(0, "n1", "a", "main"), at(1, "n2", "b", "main"), at(2, "n1", "a", "main"), at(3, "n2", "b", "main")}, false, nil},

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,8 +26,23 @@ import (
 	"github.com/gorun/gorun/rendezvous"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// version is gorun's version as a packager sets it, with -ldflags "-X
+// main.version=..."; gorunVersion reads what Go stamped where it is unset.
+var version string
+
+// gorunVersion returns gorun's version: version where set, else the main
+// module's version that Go stamped from version control when it built
+// gorun (a tag, or a pseudo-version that names the commit, with "+dirty"
+// for uncommitted changes), else 0.1.0-dev.
+func gorunVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "0.1.0-dev"
+}
 
 const examples = `
 EXAMPLES:
@@ -62,7 +78,7 @@ var helpTemplate = `NAME:
 USAGE:
    gorun [flags] PROGRAM [ARGS...]
    gorun [flags] COMMAND
-   gorun mpirun|mpiexec|torchrun [ITS FLAGS] PROGRAM [ARGS...]   (see PERSONALITIES in gorun(1))
+   gorun mpirun|mpiexec|torchrun|horovodrun|deepspeed [ITS FLAGS] PROGRAM [ARGS...]   (see PERSONALITIES in gorun(1))
 
 COMMANDS:{{range .VisibleCommands}}
    {{join .Names ", "}}{{"\t"}}{{.Usage}}{{end}}
@@ -84,7 +100,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 		Name:                  "gorun",
 		Usage:                 "launch and supervise the ranks of a parallel job",
 		UsageText:             "gorun [flags] PROGRAM [ARGS...]\n   gorun COMMAND [flags]",
-		Version:               version,
+		Version:               gorunVersion(),
 		Flags:                 cliFlags(),
 		HideHelpCommand:       true,
 		Writer:                stdout,
@@ -128,7 +144,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
 					}
 					ao := launcher.AgentOptions{
-						In: in, Out: out, Log: stderr, Host: host, Version: version,
+						In: in, Out: out, Log: stderr, Host: host, Version: gorunVersion(),
 						// srun's agents name no host; a per-node launch's do, and are no step's tasks.
 						Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
 						ConnAddr: connAddr, ClientAddr: clientAddr,
@@ -159,7 +175,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			statusCommand(stdout),
 			stacksCommand(stdout),
 			benchCommand(stdout, stderr),
-			pluginsCommand(stdout, stderr),
+			pluginsCommand(),
 			{
 				Name:  "config",
 				Usage: "print the merged configuration and where each value came from",
@@ -202,13 +218,9 @@ func run(args []string) (int, error) {
 	for _, n := range notes {
 		fmt.Fprintf(os.Stderr, "gorun: note: %s\n", n)
 	}
-	if needsTools(args) {
-		err = execTools("gorun bench")
-	} else {
-		app := newApp(os.Stdout, os.Stderr)
-		app.Metadata = map[string]any{personalityKey: env.Launcher(tool)}
-		err = app.Run(benchArgs(args))
-	}
+	app := newApp(os.Stdout, os.Stderr)
+	app.Metadata = map[string]any{personalityKey: env.Launcher(tool)}
+	err = app.Run(benchArgs(args))
 	var ee errExit
 	switch {
 	case err == nil:
@@ -308,7 +320,7 @@ func runCheck(c *cli.Context, stdout io.Writer) error {
 		return errExit{code: launcher.ExitUsage, err: err}
 	}
 	res, err := launcher.Check(context.Background(), launcher.CheckOptions{
-		Hosts: hosts, Program: c.Args().First(), Fanout: fanout, SSH: s.ssh(), Out: stdout, Version: version,
+		Hosts: hosts, Program: c.Args().First(), Fanout: fanout, SSH: s.ssh(), Out: stdout, Version: gorunVersion(),
 		BeatTimeout: s.dur("heartbeat-timeout"),
 	})
 	launcher.FormatCheck(stdout, res)
@@ -408,20 +420,10 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	get, list, num, dur, flag := s.str, s.list, s.num, s.dur, s.on
 	usage := func(err error) error { return errExit{code: launcher.ExitUsage, err: err} }
 
-	alloc, err := launcher.DetectAllocation(os.Getenv, get("launcher"))
-	if err != nil {
+	if err := checkJobValues(s); err != nil {
 		return launcher.Options{}, usage(err)
 	}
-	src := launcher.HostSource{Hostfile: get("hostfile"), HostList: list("host"), Include: get("include"), Exclude: get("exclude"), Alloc: alloc}
-	hosts, implicit, desc, err := src.Hosts()
-	if err != nil {
-		return launcher.Options{}, usage(err)
-	}
-	np := num("np")
-	if np == 0 && alloc != nil && alloc.NTasks > 0 && get("hostfile") == "" && len(list("host")) == 0 {
-		np = alloc.NTasks // as srun: the allocation's task count, not its rounded-up slots
-	}
-	mapBy, err := launcher.ParseMapBy(get("map-by"))
+	pl, err := jobPlacement(s)
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
@@ -441,21 +443,6 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
-	for _, n := range []string{"np", "npernode", "nproc-per-node", "max-restarts", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
-		if num(n) < 0 {
-			return launcher.Options{}, usage(fmt.Errorf("--%s %d: must not be negative", n, num(n)))
-		}
-	}
-	switch get("on-hang") {
-	case launcher.OnHangStop, launcher.OnHangReport:
-	default:
-		return launcher.Options{}, usage(fmt.Errorf("--on-hang %q: want stop or report", get("on-hang")))
-	}
-	for _, n := range []string{"grace-period", "timeout", "hang-timeout", "merge-window", "rdzv-last-call", "rdzv-timeout"} {
-		if dur(n) < 0 {
-			return launcher.Options{}, usage(fmt.Errorf("--%s %v: must not be negative", n, dur(n)))
-		}
-	}
 	plugin, err := pluginSettings(get, list)
 	if err != nil {
 		return launcher.Options{}, usage(err)
@@ -470,11 +457,6 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 			return launcher.Options{}, usage(fmt.Errorf("--%s: %w", n, err))
 		}
 	}
-	switch get("pmix") {
-	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
-	default:
-		return launcher.Options{}, usage(fmt.Errorf("--pmix %q: want auto, on or off", get("pmix")))
-	}
 	var wdir string
 	if d := get("wdir"); d != "" {
 		if wdir, err = filepath.Abs(d); err != nil {
@@ -485,52 +467,124 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 	if err != nil {
 		return launcher.Options{}, usage(err)
 	}
-	var rankfile []hostfile.RankSlot
-	if f := get("rankfile"); f != "" {
-		if rankfile, err = hostfile.ParseRankfileFile(f); err != nil {
-			return launcher.Options{}, usage(err)
-		}
-		if implicit {
-			if hosts, err = launcher.RankfileHosts(rankfile); err != nil {
-				return launcher.Options{}, usage(err)
-			}
-			implicit, desc = false, "--rankfile "+f
-		}
-	}
 	var runID string
 	if perNode == nil {
 		runID = get("rdzv-id") // TORCHELASTIC_RUN_ID, as torchrun's
 	}
-	files, err := launcher.TorchLogs(get("log-dir"), runID, get("redirects"), get("tee"), get("local-ranks-filter"))
+	files, err := rankFiles(s, runID)
 	if err != nil {
 		return launcher.Options{}, usage(err)
-	}
-	if hydra, err := launcher.HydraFiles(get("outfile-pattern"), get("errfile-pattern")); err != nil {
-		return launcher.Options{}, usage(err)
-	} else if hydra != nil {
-		if files != nil {
-			return launcher.Options{}, usage(errors.New("--outfile-pattern or --errfile-pattern, and --log-dir, --redirects, --tee or --local-ranks-filter: give one kind"))
-		}
-		files = hydra
 	}
 	o := launcher.Options{
 		PerNode: perNode,
 		Dir:     wdir,
-		Hosts:   hosts, ImplicitHosts: implicit,
-		Plan: launcher.PlanOptions{NP: np, MapBy: mapBy, NPerNode: nPerNode,
-			Oversubscribe: flag("oversubscribe"), Source: desc, Rankfile: rankfile},
+		Hosts:   pl.hosts, ImplicitHosts: pl.implicit,
+		Plan: launcher.PlanOptions{NP: pl.np, MapBy: pl.mapBy, NPerNode: nPerNode,
+			Oversubscribe: flag("oversubscribe"), Source: pl.desc, Rankfile: pl.rankfile},
 		DisplayAllocation: flag("display-allocation"), PrintExitCodes: flag("print-exit-codes"), RankFiles: files, RunID: runID,
 		Exports: exports, DisplayMap: flag("display-map"), DryRun: flag("dry-run"), PrintEnv: num("print-env"),
 		Tag: flag("tag-output"), Timestamp: flag("timestamp-output"), OutputDir: get("output-filename"),
 		MergeOutput: flag("merge-output"), MergeWindow: dur("merge-window"),
 		StdinRank: stdinRank, Grace: dur("grace-period"), Timeout: dur("timeout"), MaxRestarts: num("max-restarts"),
 		SummaryJSON: get("summary-json"), RecordDir: get("record"), ConfigFiles: absPaths(cfg.Files()), HangTimeout: dur("hang-timeout"), OnHang: get("on-hang"), JobsDir: get("jobs-dir"),
-		Stdout: stdout, Stderr: stderr, Version: version, Trace: flag("trace"), Started: mainStart,
+		Stdout: stdout, Stderr: stderr, Version: gorunVersion(), Trace: flag("trace"), Started: mainStart,
 		Iface: get("iface"), Plugin: plugin, Fanout: fanout, BeatTimeout: dur("heartbeat-timeout"),
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
-		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: alloc,
+		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: pl.alloc,
 		KVRankBudget: budgets[0], KVJobBudget: budgets[1],
 		SSH: s.ssh(),
 	}
 	return o, nil
+}
+
+// checkJobValues refuses the job's counts and durations that are
+// negative, and the values of its closed choices that are none of them.
+func checkJobValues(s settingsOf) error {
+	for _, n := range []string{"np", "npernode", "nproc-per-node", "max-restarts", "ssh-port", "ssh-parallel", "cpus-per-rank"} {
+		if s.num(n) < 0 {
+			return fmt.Errorf("--%s %d: must not be negative", n, s.num(n))
+		}
+	}
+	for _, n := range []string{"grace-period", "timeout", "hang-timeout", "merge-window", "rdzv-last-call", "rdzv-timeout"} {
+		if s.dur(n) < 0 {
+			return fmt.Errorf("--%s %v: must not be negative", n, s.dur(n))
+		}
+	}
+	switch s.str("on-hang") {
+	case launcher.OnHangStop, launcher.OnHangReport:
+	default:
+		return fmt.Errorf("--on-hang %q: want stop or report", s.str("on-hang"))
+	}
+	switch s.str("pmix") {
+	case launcher.PMIxAuto, launcher.PMIxOn, launcher.PMIxOff:
+	default:
+		return fmt.Errorf("--pmix %q: want auto, on or off", s.str("pmix"))
+	}
+	return nil
+}
+
+// placement is where a job's ranks go, as its options say: the hosts
+// (and where they came from), the rank count, the mapping and the
+// rankfile.
+type placement struct {
+	alloc    *launcher.Allocation
+	hosts    []hostfile.Host
+	implicit bool
+	desc     string
+	np       int
+	mapBy    launcher.MapBy
+	rankfile []hostfile.RankSlot
+}
+
+// jobPlacement reads the job's hosts (a hostfile, -H, an allocation or a
+// rankfile), its rank count and its mapping.
+func jobPlacement(s settingsOf) (placement, error) {
+	var p placement
+	var err error
+	if p.alloc, err = launcher.DetectAllocation(os.Getenv, s.str("launcher")); err != nil {
+		return p, err
+	}
+	src := launcher.HostSource{Hostfile: s.str("hostfile"), HostList: s.list("host"), Include: s.str("include"), Exclude: s.str("exclude"), Alloc: p.alloc}
+	if p.hosts, p.implicit, p.desc, err = src.Hosts(); err != nil {
+		return p, err
+	}
+	p.np = s.num("np")
+	if p.np == 0 && p.alloc != nil && p.alloc.NTasks > 0 && s.str("hostfile") == "" && len(s.list("host")) == 0 {
+		p.np = p.alloc.NTasks // as srun: the allocation's task count, not its rounded-up slots
+	}
+	if p.mapBy, err = launcher.ParseMapBy(s.str("map-by")); err != nil {
+		return p, err
+	}
+	if f := s.str("rankfile"); f != "" {
+		if p.rankfile, err = hostfile.ParseRankfileFile(f); err != nil {
+			return p, err
+		}
+		if p.implicit {
+			if p.hosts, err = launcher.RankfileHosts(p.rankfile); err != nil {
+				return p, err
+			}
+			p.implicit, p.desc = false, "--rankfile "+f
+		}
+	}
+	return p, nil
+}
+
+// rankFiles is where the ranks' output goes besides the terminal:
+// torchrun's --log-dir layout or Hydra's -outfile-pattern, not both.
+func rankFiles(s settingsOf, runID string) (*launcher.RankFiles, error) {
+	files, err := launcher.TorchLogs(s.str("log-dir"), runID, s.str("redirects"), s.str("tee"), s.str("local-ranks-filter"))
+	if err != nil {
+		return nil, err
+	}
+	hydra, err := launcher.HydraFiles(s.str("outfile-pattern"), s.str("errfile-pattern"))
+	if err != nil {
+		return nil, err
+	}
+	if hydra != nil {
+		if files != nil {
+			return nil, errors.New("--outfile-pattern or --errfile-pattern, and --log-dir, --redirects, --tee or --local-ranks-filter: give one kind")
+		}
+		files = hydra
+	}
+	return files, nil
 }

@@ -1,5 +1,3 @@
-//go:build !launcher_only
-
 package main
 
 import (
@@ -15,15 +13,13 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/collbench"
-	"github.com/gorun/gorun/collectives"
 	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/transport"
 )
 
-// benchWorker is the hidden first argument of a `gorun bench` rank: gorun
-// re-executed on each host (launcher.SelfProgram) as the job's program.
-const benchWorker = "__bench-rank"
+// benchUsage is gorun bench's line in gorun's help.
+const benchUsage = "measure a collective as nccl-tests does: time, algbw and busbw per size (gorun bench allreduce -np 4 -b 8 -e 256M -f 2)"
 
 // benchCommand is `gorun bench COLLECTIVE`: the job's flags (-np,
 // --hostfile, ...) and nccl-tests' (-b, -e, -f, -w, -c, -o, -d, -r).
@@ -45,10 +41,10 @@ func benchCommand(stdout, stderr io.Writer) *cli.Command {
 		&cli.StringFlag{Name: "csv", Usage: "also write the results as CSV to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "json", Usage: "also write the results as JSON to `FILE` (- for standard output, instead of the table)"},
 		&cli.StringFlag{Name: "svg", Usage: "also plot bus bandwidth against size, as SVG, to `FILE`"},
-		&cli.StringFlag{Name: "transport", Usage: "`KIND`: auto (shared memory inside a host, TCP or the --plugin transport across), tcp, shm, or plugin (the --plugin transport between every pair) (sets " + collectives.EnvTransport + ")"},
-		&cli.StringFlag{Name: "thresholds", Usage: "algorithm table `ENTRIES`, as " + collectives.EnvThresholds + " (e.g. allreduce=ring)"},
-		&cli.BoolFlag{Name: "print-thresholds", Usage: "print the algorithm table the ranks would use (defaults, " + collectives.EnvThresholds + ", --thresholds) and exit"},
-		&cli.IntFlag{Name: "streams", Usage: "`N` TCP streams per connection (sets " + collectives.EnvStreams + ")"},
+		&cli.StringFlag{Name: "transport", Usage: "`KIND`: auto (shared memory inside a host, TCP or the --plugin transport across), tcp, shm, or plugin (the --plugin transport between every pair) (sets " + env.CollTransport + ")"},
+		&cli.StringFlag{Name: "thresholds", Usage: "algorithm table `ENTRIES`, as " + env.CollThresholds + " (e.g. allreduce=ring)"},
+		&cli.BoolFlag{Name: "print-thresholds", Usage: "print the algorithm table the ranks would use (defaults, " + env.CollThresholds + ", --thresholds) and exit"},
+		&cli.IntFlag{Name: "streams", Usage: "`N` TCP streams per connection (sets " + env.CollStreams + ")"},
 	)
 	return &cli.Command{
 		Name:      "bench",
@@ -80,13 +76,14 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("bench: "+format, a...)}
 	}
 	if c.Bool("print-thresholds") {
-		thr := collectives.DefaultThresholds()
-		for _, spec := range []string{os.Getenv(collectives.EnvThresholds), c.String("thresholds")} {
-			if err := thr.Set(spec); spec != "" && err != nil {
-				return usage("%v", err)
-			}
+		// The ranks' table: gorun-tools links the collectives.
+		code, err := runTools(c.Context, stdout, stderr, "thresholds", c.String("thresholds"))
+		if err != nil {
+			return usage("%v", err)
 		}
-		fmt.Fprint(stdout, thr.String())
+		if code != 0 {
+			return errExit{code: code}
+		}
 		return nil
 	}
 	if a := c.Args().First(); a != "" && !slices.Contains(collbench.Collectives, a) && a != collbench.All {
@@ -123,7 +120,7 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	if cfg.Sizes, err = collbench.Sizes(lo, hi, c.Int("stepfactor"), step, int64(collbench.ElemSize(cfg.DType))); err != nil {
 		return usage("%v", err)
 	}
-	mode, err := collectives.ParseTransport(c.String("transport"))
+	mode, err := transport.ParseMode(c.String("transport"))
 	if err != nil {
 		return usage("--transport %v", err)
 	}
@@ -141,15 +138,20 @@ func runBench(c *cli.Context, stdout, stderr io.Writer) error {
 	}
 	set(collbench.EnvConfig, string(js))
 	if t := c.String("transport"); t != "" {
-		set(collectives.EnvTransport, t)
+		set(env.CollTransport, t)
 	}
 	if t := c.String("thresholds"); t != "" {
-		set(collectives.EnvThresholds, t)
+		set(env.CollThresholds, t)
 	}
 	if n := c.Int("streams"); n != 0 {
-		set(collectives.EnvStreams, fmt.Sprint(n))
+		set(env.CollStreams, fmt.Sprint(n))
 	}
-	o.Argv = []string{launcher.SelfProgram, benchWorker}
+	// The ranks run in gorun-tools, as nccl-tests' binaries under mpirun:
+	// found next to each host's gorun, staged with it.
+	if _, err := launcher.Tools(); err != nil {
+		return usage("%v", err)
+	}
+	o.Argv = []string{launcher.ToolsProgram, collbench.RankCommand}
 	o.Tag, o.Timestamp, o.OutputDir, o.MergeOutput = false, false, "", false // rank 0's result lines must reach the collector whole and untagged
 
 	var table io.Writer = stdout

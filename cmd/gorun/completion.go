@@ -41,7 +41,7 @@ _gorun() {
 complete -F _gorun gorun
 `, strings.Join(valueFlags(), "|"), strings.Join(words, " "))
 	case "zsh":
-		fmt.Fprintln(w, "#compdef gorun\n# zsh completion for gorun; load with: source <(gorun completion zsh)\n_gorun() {\n  _arguments -s \\")
+		fmt.Fprintln(w, "#compdef gorun\n# zsh completion for gorun; load with: source <(gorun completion zsh), or put it in fpath as _gorun\n_gorun() {\n  _arguments -s \\")
 		for _, s := range settings {
 			desc := strings.NewReplacer("[", "(", "]", ")", "`", "", "'", "").Replace(s.usage)
 			names := s.names()
@@ -71,7 +71,10 @@ complete -F _gorun gorun
 				fmt.Fprintf(w, "    '%s%s[%s]%s' \\\n", rep, n, desc, val)
 			}
 		}
-		fmt.Fprint(w, "    '--help[show help]' '--version[print the version]' \\\n    '(-)1:program:_command_names -e' '*::arguments:_normal'\n}\ncompdef _gorun gorun\n")
+		fmt.Fprint(w, "    '--help[show help]' '--version[print the version]' \\\n    '(-)1:program:_command_names -e' '*::arguments:_normal'\n}\n"+
+			// Autoloaded from fpath (make install's _gorun), this file is
+			// the function's body: complete now. Sourced, register it.
+			"if [[ $funcstack[1] == _gorun ]]; then _gorun \"$@\"; else compdef _gorun gorun; fi\n")
 	default:
 		return errExit{code: 2, err: fmt.Errorf("completion %q: want bash or zsh", shell)}
 	}

@@ -18,8 +18,9 @@ import (
 
 // The documents' examples are checked against what gorun prints.
 //
-// A transcript is a ```console block of README.md, or an .EX block of the
-// EXAMPLES section of man/gorun.1 whose lines start with a "$ " prompt.
+// A transcript is a ```console block of README.md or of a page of docs/
+// (the tour, docs/tour.md), or an .EX block of the EXAMPLES section of
+// man/gorun.1 whose lines start with a "$ " prompt.
 // Each "$ " line is a command (a trailing backslash continues it on the
 // next line); the lines after it, up to the next command, are its output,
 // standard output and standard error together, as a terminal shows them.
@@ -45,7 +46,7 @@ import (
 // The transcripts that build the example plugins are left out with
 // -short; notChecked lists those not run at all, and why.
 
-// notChecked lists the transcripts that TestREADMEExamples and
+// notChecked lists the transcripts that TestDocExamples and
 // TestManPageExamples do not run, each found by a string in its commands,
 // with the reason. Every entry must match a transcript.
 var notChecked = []struct{ match, reason string }{
@@ -106,10 +107,33 @@ func parseTranscript(where string, lines []string) (tr transcript, ok bool) {
 	return tr, len(tr.steps) > 0
 }
 
-// readmeTranscripts returns the transcripts of README.md's ```console blocks.
-func readmeTranscripts(t *testing.T) []transcript {
+// docTranscripts returns the transcripts of the ```console blocks of
+// README.md and of the pages of docs/.
+func docTranscripts(t *testing.T) []transcript {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []transcript
+	for _, page := range append([]string{filepath.Join(repoRoot, "README.md")}, pages...) {
+		out = append(out, mdTranscripts(t, page)...)
+	}
+	if len(out) == 0 {
+		t.Fatal("README.md and docs/*.md have no ```console block")
+	}
+	return out
+}
+
+// mdTranscripts returns the transcripts of a Markdown page's ```console
+// blocks.
+func mdTranscripts(t *testing.T, page string) []transcript {
+	t.Helper()
+	b, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := filepath.Rel(repoRoot, page)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +146,9 @@ func readmeTranscripts(t *testing.T) []transcript {
 		start := i + 1
 		for i++; i < len(lines) && lines[i] != "```"; i++ {
 		}
-		tr, ok := parseTranscript(fmt.Sprintf("README.md:%d", start), lines[start:i])
+		tr, ok := parseTranscript(fmt.Sprintf("%s:%d", name, start), lines[start:i])
 		if !ok {
-			t.Errorf("README.md:%d: a console block without a $ command; make it a text block", start)
+			t.Errorf("%s:%d: a console block without a $ command; make it a text block", name, start)
 			continue
 		}
 		out = append(out, tr)
@@ -164,15 +188,15 @@ func manExamples(t *testing.T) (blocks [][]string, where []string) {
 	return blocks, where
 }
 
-// TestREADMEExamples runs every transcript of README.md and compares what
-// gorun prints with what the README shows.
-func TestREADMEExamples(t *testing.T) {
+// TestDocExamples runs every transcript of README.md and of docs/ (the
+// tour) and compares what gorun prints with what the page shows.
+func TestDocExamples(t *testing.T) {
 	t.Parallel()
-	runTranscripts(t, readmeTranscripts(t))
+	runTranscripts(t, docTranscripts(t))
 }
 
 // TestManPageExamples runs the transcripts of gorun.1's EXAMPLES as
-// TestREADMEExamples does, and checks that the command lines shown there
+// TestDocExamples does, and checks that the command lines shown there
 // without output are ones gorun accepts: each "gorun -..." line must pass
 // with --dry-run (a hostfile it names is made, with two hosts).
 func TestManPageExamples(t *testing.T) {
@@ -251,10 +275,10 @@ func runTranscripts(t *testing.T, trs []transcript) {
 }
 
 // TestNotCheckedExamplesExist keeps notChecked honest: each entry matches
-// a transcript of the README or of the man page.
+// a transcript of the README, of docs/ or of the man page.
 func TestNotCheckedExamplesExist(t *testing.T) {
 	t.Parallel()
-	all := readmeTranscripts(t)
+	all := docTranscripts(t)
 	blocks, where := manExamples(t)
 	for i, b := range blocks {
 		if tr, ok := parseTranscript(where[i], b); ok {
@@ -263,7 +287,7 @@ func TestNotCheckedExamplesExist(t *testing.T) {
 	}
 	for _, n := range notChecked {
 		if !slices.ContainsFunc(all, func(tr transcript) bool { return strings.Contains(tr.commands(), n.match) }) {
-			t.Errorf("notChecked names %q, which no transcript of README.md or man/gorun.1 has any more", n.match)
+			t.Errorf("notChecked names %q, which no transcript of README.md, docs/ or man/gorun.1 has any more", n.match)
 		}
 	}
 }

@@ -88,7 +88,7 @@ var settings = []setting{
 	{name: "pmix", kind: config.String, def: "auto", arg: "WHEN", usage: "serve PMIx to the ranks (Open MPI, mpi4py) through the gorun-pmix plugin: auto (when the program links Open MPI or imports mpi4py), on or off"},
 	{name: "plugin", kind: config.String, arg: "NAME", usage: "Go ranks' collectives load the transport or collective plugin `NAME` (gorun-plugin-NAME in the plugin directories, or a path): its transport carries the traffic between hosts; see gorun-plugin(7)"},
 	{name: "device", kind: config.String, arg: "NAME", usage: "Go ranks' device buffers (Communicator.AllocDevice) come from the device plugin `NAME` (cuda: each rank's GPU), beside any --plugin; gorun bench runs on them; see gorun-plugin(7)"},
-	{name: "plugin-dir", kind: config.StringList, arg: "DIR", usage: "look for plugins in `DIR` first (repeatable; then GORUN_PLUGIN_PATH, ~/.local/lib/gorun/plugins, /usr/lib/gorun/plugins)"},
+	{name: "plugin-dir", kind: config.StringList, arg: "DIR", usage: "look for plugins in `DIR` first (repeatable; then GORUN_PLUGIN_PATH, ~/.local/lib/gorun/plugins, /usr/local/lib/gorun/plugins, /usr/lib/gorun/plugins)"},
 	{name: "plugin-opt", kind: config.StringList, arg: "KEY=VALUE", usage: "pass the option `KEY=VALUE` to the plugin (repeatable)"},
 	{name: "fabric-provider", kind: config.String, arg: "PROVIDER", usage: "the fabric plugin's libfabric `PROVIDER` (verbs;ofi_rxm, efa, tcp;ofi_rxm, shm; default: by topology); same as --plugin-opt provider=PROVIDER"},
 	{name: "plugin-check", kind: config.Bool, def: "false", usage: "before starting any rank, run gorun plugins test --quick against --plugin on this host; a plugin that fails it stops the job (exit status 125)"},

@@ -1,6 +1,9 @@
 // Command gorun launches and supervises parallel jobs: the ranks of an MPI,
 // PyTorch or Go program on this machine, across hosts over SSH, and inside
-// Slurm and PBS allocations. README.md is the tour; man/gorun.1 the manual.
+// Slurm and PBS allocations. It is the launcher: the head, the agent and
+// the bind step; gorun-tools (cmd/gorun-tools), its companion next to it,
+// runs what needs Go's collective runtime or the plugin host (see
+// launcher.Tools). docs/tour.md is the tour; man/gorun.1 the manual.
 package main
 
 import (
@@ -23,7 +26,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
 		os.Exit(127)
 	}
-	child() // a gorun bench rank or gorun plugins test's suite (the full build's)
 	code, err := run(os.Args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)

@@ -5,22 +5,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/tools"
 	"github.com/gorun/gorun/jobs"
+	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/plugins/plugintest"
 )
 
 // The test binary doubles as gorun: run with GORUN_TEST_MAIN=1 it is the
 // gorun command (and, through os.Executable, its own agent), so every
 // end-to-end test runs the real head, agent and ranks as processes, built
-// with the race detector when the tests are.
+// with the race detector when the tests are. It is gorun-tools too, run
+// under that name: TestMain links it as gorun-tools next to itself, where
+// gorun looks for its companion (launcher.Tools), and gorun bench's ranks
+// are it, run as launcher.ToolsProgram; so is the child in which gorun
+// plugins test runs the contract suite (plugintest.EnvPath).
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == launcher.ToolsBinary || os.Args[0] == launcher.ToolsProgram || os.Getenv(plugintest.EnvPath) != "" {
+		os.Exit(tools.Main(os.Args, os.Stdout, os.Stderr))
+	}
 	if os.Getenv("GORUN_TEST_MAIN") == "1" {
 		main()
 		return
+	}
+	if err := linkTools(); err != nil {
+		panic(err)
 	}
 	// Jobs publish themselves for gorun ps: here, not in ~/.gorun.
 	jobsDir, err := os.MkdirTemp("", "gorun-jobs-")
@@ -32,6 +47,20 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(jobsDir)
 	downCluster()
 	os.Exit(code)
+}
+
+// linkTools links this test binary as gorun-tools next to itself, unless
+// something is there already.
+func linkTools() error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	link := filepath.Join(filepath.Dir(exe), launcher.ToolsBinary)
+	if err := os.Link(exe, link); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("link the test binary as %s: %w", link, err)
+	}
+	return nil
 }
 
 // gorunCommand returns a command that runs gorun with args.

@@ -179,7 +179,7 @@ func TestPluginManPageSearchOrder(t *testing.T) {
 	if !strings.Contains(words, plugins.BinaryPrefix+"NAME") {
 		t.Errorf("INSTALLING in %s does not name the file %sNAME", pluginPage, plugins.BinaryPrefix)
 	}
-	order := []string{"--plugin-dir", plugins.EnvPath, "~/.local/lib/gorun/plugins", plugins.SystemDir}
+	order := []string{"--plugin-dir", plugins.EnvPath, "~/.local/lib/gorun/plugins", plugins.LocalDir, plugins.SystemDir}
 	last := -1
 	for _, s := range order {
 		i := strings.Index(words, s)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/testhosts"
 )
 
@@ -53,9 +54,10 @@ func sharedCluster(t *testing.T) *testhosts.Cluster {
 }
 
 // downCluster is called by TestMain after the tests.
-// buildShared builds gorun into a directory every host (SSH or Slurm
-// node) sees, once: with cgo, as `make build` does, so that the tests run
-// the dynamically linked gorun that users run.
+// buildShared builds gorun, and gorun-tools next to it, into a directory
+// every host (SSH or Slurm node) sees, once: gorun with cgo and
+// gorun-tools without, as `make build` does, so that the tests run the
+// programs that users run.
 func buildShared() error {
 	binOnce.Do(func() {
 		if binDir, binErr = os.MkdirTemp("/var/tmp", "gorun-test-"); binErr != nil {
@@ -63,17 +65,24 @@ func buildShared() error {
 		}
 		os.Chmod(binDir, 0o755)
 		gorunBin = filepath.Join(binDir, "gorun")
-		binErr = goBuild(gorunBin, "1")
+		if binErr = goBuild(gorunBin, "1"); binErr == nil {
+			binErr = goBuildPkg(filepath.Join(binDir, launcher.ToolsBinary), "../"+launcher.ToolsBinary, "0")
+		}
 	})
 	return binErr
 }
 
 // goBuild builds gorun into out with CGO_ENABLED=cgo.
 func goBuild(out, cgo string) error {
-	cmd := exec.Command("go", "build", "-o", out, ".")
+	return goBuildPkg(out, ".", cgo)
+}
+
+// goBuildPkg builds the main package pkg into out with CGO_ENABLED=cgo.
+func goBuildPkg(out, pkg, cgo string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED="+cgo)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build gorun (CGO_ENABLED=%s): %v\n%s", cgo, err, b)
+		return fmt.Errorf("build %s (CGO_ENABLED=%s): %v\n%s", filepath.Base(out), cgo, err, b)
 	}
 	return nil
 }

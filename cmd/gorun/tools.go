@@ -1,88 +1,82 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/internal/pluginbin"
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/launcher"
 )
 
-// gorun comes in two builds of this package. The full build (the default)
-// has every command. The launcher build (-tags launcher_only, what `make
-// build` installs as gorun) leaves out the commands that need Go's
-// collective runtime and the plugin host, and with them go-plugin, gRPC
-// and protobuf, whose package initialisation cost every gorun process,
-// head and agent, 1.5-2 ms at start: gorun bench, gorun plugins, and a
-// job's --plugin-check. For those it runs gorun-tools, the full build,
-// which `make build` puts next to it.
+// gorun is the launcher: what needs Go's collective runtime or the plugin
+// host runs in gorun-tools, its companion program next to it, which gorun
+// checks is of its own build (launcher.Tools): the ranks of gorun bench
+// (gorun launches them as the job's program, launcher.ToolsProgram), gorun
+// plugins (handed over whole) and a job's --plugin-check (run before the
+// job).
 
-// The usages of the commands that run in the full build, which the
-// launcher build shows too.
-const (
-	benchUsage   = "measure a collective as nccl-tests does: time, algbw and busbw per size (gorun bench allreduce -np 4 -b 8 -e 256M -f 2)"
-	pluginsUsage = "list the transport and collective plugins found, or test one (see gorun-plugin(7))"
-)
+// pluginsUsage is gorun plugins' line in gorun's help.
+const pluginsUsage = "list the transport and collective plugins found, or test one (see gorun-plugin(7))"
 
-// toolsBinary is the file name of the full build, next to gorun.
-const toolsBinary = "gorun-tools"
+// pluginsCommand is gorun plugins, which gorun-tools runs: its arguments,
+// flags and help included, go there.
+func pluginsCommand() *cli.Command {
+	return &cli.Command{
+		Name: "plugins", Usage: pluginsUsage, SkipFlagParsing: true, HideHelp: true,
+		Action: func(c *cli.Context) error {
+			return execTools(append([]string{"plugins"}, c.Args().Slice()...))
+		},
+	}
+}
 
-// benchCollectives are the collectives gorun bench measures
-// (collbench.Collectives, which the launcher build does not link; a test
-// of the full build holds them equal), and benchAll asks for all of them.
-var benchCollectives = []string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "sendrecv", "barrier"}
+// execTools replaces this process with gorun-tools, given args. It
+// returns only on failure.
+func execTools(args []string) error {
+	path, err := launcher.Tools()
+	if err == nil {
+		err = syscall.Exec(path, append([]string{path}, args...), os.Environ())
+	}
+	return errExit{code: launcher.ExitUsage, err: fmt.Errorf("gorun %s: %w", args[0], err)}
+}
 
-const benchAll = "all"
+// runTools runs gorun-tools with args in a child process, its output to
+// stdout and stderr, and returns its exit status; the error says why it
+// could not run.
+func runTools(ctx context.Context, stdout, stderr io.Writer, args ...string) (int, error) {
+	path, err := launcher.Tools()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		return ee.ExitCode(), nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return 0, nil
+}
 
 // benchIndex returns where args hold "bench COLLECTIVE" after the job's
 // flags, mpirun's order (gorun -np 4 bench allreduce), or -1.
 func benchIndex(args []string) int {
 	for i := 1; i+1 < len(args); i++ {
-		if args[i] == "bench" && (slices.Contains(benchCollectives, args[i+1]) || args[i+1] == benchAll) {
+		if args[i] == "bench" && (slices.Contains(collbench.Collectives, args[i+1]) || args[i+1] == collbench.All) {
 			return i
 		}
 	}
 	return -1
-}
-
-// findTools returns gorun-tools: next to this gorun's own binary, else
-// in PATH.
-func findTools() (string, error) {
-	where := ""
-	if exe, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(exe), toolsBinary)
-		if pluginbin.IsExec(p) {
-			return p, nil
-		}
-		where = "at " + p + " or "
-	}
-	p, err := exec.LookPath(toolsBinary)
-	switch {
-	case err == nil:
-		return p, nil
-	case !errors.Is(err, exec.ErrNotFound):
-		return "", err
-	}
-	return "", fmt.Errorf("%s is not %sin $PATH", toolsBinary, where)
-}
-
-// execTools replaces this process with gorun-tools, given this process's
-// own arguments (its name included, so that a personality such as mpirun
-// stays one). It returns only on failure, with what a user needs to know:
-// what asked for the full build, and how to get it.
-func execTools(what string) error {
-	path, err := findTools()
-	if err == nil {
-		err = syscall.Exec(path, os.Args, os.Environ())
-	}
-	return errExit{code: launcher.ExitUsage, err: fmt.Errorf("%s runs in %s, the full build of gorun (this gorun is the launcher build, which leaves out Go's collective runtime and the plugin host): %w; `make build` puts it next to gorun, or build it with `go build -o %s ./cmd/gorun`", what, toolsBinary, err, toolsBinary)}
 }
 
 // pluginCheckOn says whether the job asks for its plugin's preflight
@@ -96,4 +90,28 @@ func pluginCheckOn(c *cli.Context, o launcher.Options) (bool, error) {
 		return false, err
 	}
 	return read(cfg).on("plugin-check"), nil
+}
+
+// preflightPlugin runs the quick contract suite against the job's plugin
+// on this host (gorun-tools preflight) when --plugin-check asks for it,
+// before anything starts. gorun-tools says what failed; a plugin not
+// found is a usage error, one that fails the suite stops the job.
+func preflightPlugin(c *cli.Context, o launcher.Options, stdout, stderr io.Writer) error {
+	if on, err := pluginCheckOn(c, o); err != nil || !on {
+		return err
+	}
+	args := []string{"preflight"}
+	for _, d := range o.Plugin.Dirs {
+		args = append(args, "--plugin-dir", d)
+	}
+	code, err := runTools(c.Context, stdout, stderr, append(args, o.Plugin.Name)...)
+	switch {
+	case err != nil:
+		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("--plugin-check: %w", err)}
+	case code == 0:
+		return nil
+	case code == launcher.ExitUsage:
+		return errExit{code: launcher.ExitUsage}
+	}
+	return errExit{code: launcher.ExitLaunch}
 }

@@ -31,6 +31,9 @@ var (
 	// Plugin is a plugin binary that gorun runs (gorun-plugin-*,
 	// gorun-pmix).
 	Plugin = Use{Verb: "run", Noun: "plugin binary", Plural: "plugins"}
+	// Companion is a program of gorun's own that gorun runs from next to
+	// itself (gorun-tools).
+	Companion = Use{Verb: "run", Noun: "companion program", Plural: "programs"}
 	// Config is a TOML configuration file that gorun reads: its values
 	// choose what every rank runs and where gorun writes.
 	Config = Use{Verb: "read", Noun: "configuration file", Plural: "configuration files"}

@@ -1,132 +1,23 @@
-package collbench
+package benchrank
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/collectives"
 )
-
-// ResultPrefix starts the line in which rank 0 reports one size's Result,
-// as JSON, on its standard output; [Collector] picks these lines out of
-// the job's output.
-const ResultPrefix = "#gorun-bench-result "
-
-// Collectives lists the names Config.Collective accepts.
-var Collectives = []string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "sendrecv", "barrier"}
-
-// DTypes lists the names Config.DType accepts.
-var DTypes = []string{"float32", "float64", "int32", "int64", "uint8", "bfloat16", "float16"}
-
-// DeviceCollectives lists the collectives Config.Device runs.
-var DeviceCollectives = []string{"allreduce", "reducescatter", "allgather", "broadcast"}
-
-// All, as Config.Collective, runs every collective in turn.
-const All = "all"
-
-// ElemSize returns the size in bytes of an element of the named type (one
-// of DTypes), or 0.
-func ElemSize(dtype string) int {
-	switch dtype {
-	case "float64", "int64":
-		return 8
-	case "float32", "int32":
-		return 4
-	case "bfloat16", "float16":
-		return 2
-	case "uint8":
-		return 1
-	}
-	return 0
-}
-
-// InfoPrefix starts the line in which rank 0 says, as a JSON Header, what
-// the job it measures looks like (ranks, hosts, transports), before the
-// first result.
-const InfoPrefix = "#gorun-bench-info "
-
-// Ops lists the names Config.Op accepts.
-var Ops = []string{"sum", "prod", "min", "max", "avg"}
-
-// Config is what one benchmark run measures.
-type Config struct {
-	Collective string  // one of Collectives
-	Op         string  // one of Ops; "" means sum
-	DType      string  // one of DTypes; "" means float32
-	Sizes      []int64 // message sizes in bytes, as nccl-tests counts them
-	Iters      int     // timed iterations per size (0: 20)
-	Warmup     int     // untimed iterations before them (0: 5; negative: none)
-	// MinTime, when positive, sets the iterations per size instead of
-	// Iters: enough for a block to last about MinTime, from the time of
-	// one probe iteration (the slowest rank's).
-	MinTime time.Duration
-	// Blocks is the number of timed blocks per size (0: 1); the result is
-	// the median block's time.
-	Blocks int
-	Check  bool // check each size's result against a serial computation
-	// AllTypes runs every element type, and every operator of the
-	// reductions, instead of DType and Op.
-	AllTypes bool
-	Root     int // Broadcast's and Reduce's root
-	// Device, when not "", runs the collective on device buffers of the
-	// world's device plugin of that name ("cuda"), as nccl-tests does:
-	// allreduce, reducescatter, allgather or broadcast; the reductions on
-	// float32, float16 or bfloat16, with sum, min or max.
-	Device string `json:",omitempty"`
-	// Out receives rank 0's result lines (ResultPrefix and JSON); nil
-	// means none are written.
-	Out io.Writer `json:"-"`
-}
-
-// Validate checks the names and numbers in cfg.
-func (cfg *Config) Validate() error {
-	if !member(Collectives, cfg.Collective) && cfg.Collective != All {
-		return fmt.Errorf("collbench: collective %q: want one of %s, or %s", cfg.Collective, strings.Join(Collectives, ", "), All)
-	}
-	if cfg.Op != "" && !member(Ops, cfg.Op) {
-		return fmt.Errorf("collbench: operator %q: want one of %s", cfg.Op, strings.Join(Ops, ", "))
-	}
-	if cfg.DType != "" && !member(DTypes, cfg.DType) {
-		return fmt.Errorf("collbench: data type %q: want one of %s", cfg.DType, strings.Join(DTypes, ", "))
-	}
-	if cfg.Iters < 0 {
-		return fmt.Errorf("collbench: %d iterations: must not be negative", cfg.Iters)
-	}
-	if cfg.Device != "" {
-		switch {
-		case !member(DeviceCollectives, cfg.Collective):
-			return fmt.Errorf("collbench: on device buffers (--device %s): %s only, not %s", cfg.Device, strings.Join(DeviceCollectives, ", "), cfg.Collective)
-		case cfg.AllTypes:
-			return fmt.Errorf("collbench: on device buffers (--device %s): one type and operator at a time", cfg.Device)
-		case reduction(cfg.Collective) && !member([]string{"", "float32", "float16", "bfloat16"}, cfg.DType):
-			return fmt.Errorf("collbench: %s on device buffers (--device %s): float32, float16 or bfloat16, not %s", cfg.Collective, cfg.Device, cfg.DType)
-		case reduction(cfg.Collective) && !member([]string{"", "sum", "min", "max"}, cfg.Op):
-			return fmt.Errorf("collbench: %s on device buffers (--device %s): sum, min or max, not %s", cfg.Collective, cfg.Device, cfg.Op)
-		}
-	}
-	return nil
-}
-
-func member(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
 
 // Run measures cfg on every rank of c (all must call it with the same
 // cfg) and returns, on every rank, the results: the slowest rank's mean
 // time per iteration and the wrong elements of all ranks. Rank 0 writes
 // each result to cfg.Out as soon as it is measured.
-func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result, error) {
+func Run(ctx context.Context, c *collectives.Communicator, cfg collbench.Config) ([]collbench.Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -147,28 +38,28 @@ func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result
 		return nil, fmt.Errorf("collbench: root %d: the job has %d ranks", cfg.Root, c.Size())
 	}
 	if c.Rank() == 0 && cfg.Out != nil {
-		h := Header{Collective: cfg.Collective, DType: cfg.DType, Ranks: c.Size(), Hosts: c.Hosts(),
+		h := collbench.Header{Collective: cfg.Collective, DType: cfg.DType, Ranks: c.Size(), Hosts: c.Hosts(),
 			Transport: c.Transports(), Iters: cfg.Iters, Warmup: cfg.Warmup, Device: cfg.Device}
-		if reduction(cfg.Collective) {
+		if collbench.Reduction(cfg.Collective) {
 			h.Op = cfg.Op
 		}
 		if cfg.AllTypes {
 			h.DType, h.Op = "all", ""
 		}
 		b, _ := json.Marshal(h)
-		fmt.Fprintf(cfg.Out, "%s%s\n", InfoPrefix, b)
+		fmt.Fprintf(cfg.Out, "%s%s\n", collbench.InfoPrefix, b)
 	}
 	colls := []string{cfg.Collective}
-	if cfg.Collective == All {
-		colls = Collectives
+	if cfg.Collective == collbench.All {
+		colls = collbench.Collectives
 	}
-	var out []Result
+	var out []collbench.Result
 	for _, coll := range colls {
 		dtypes, ops := []string{cfg.DType}, []string{cfg.Op}
 		if cfg.AllTypes && coll != "barrier" {
-			dtypes = DTypes
-			if reduction(coll) {
-				ops = Ops
+			dtypes = collbench.DTypes
+			if collbench.Reduction(coll) {
+				ops = collbench.Ops
 			}
 		}
 		for _, dt := range dtypes {
@@ -186,19 +77,15 @@ func Run(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result
 	return out, nil
 }
 
-func reduction(coll string) bool {
-	return coll == "allreduce" || coll == "reduce" || coll == "reducescatter"
-}
-
 // runOne measures one collective, type and operator at every size.
-func runOne(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Result, error) {
+func runOne(ctx context.Context, c *collectives.Communicator, cfg collbench.Config) ([]collbench.Result, error) {
 	sizes := cfg.Sizes
 	if cfg.Collective == "barrier" {
 		sizes = []int64{0}
 	}
-	var out []Result
+	var out []collbench.Result
 	for _, size := range sizes {
-		var r Result
+		var r collbench.Result
 		var err error
 		switch cfg.DType {
 		case "float32":
@@ -217,12 +104,12 @@ func runOne(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Res
 			r, err = measure[collectives.Float16](ctx, c, cfg, size)
 		}
 		if err != nil {
-			return out, fmt.Errorf("collbench: %s of %s %s: %w", cfg.Collective, FormatSize(size), cfg.DType, err)
+			return out, fmt.Errorf("collbench: %s of %s %s: %w", cfg.Collective, collbench.FormatSize(size), cfg.DType, err)
 		}
 		out = append(out, r)
 		if c.Rank() == 0 && cfg.Out != nil {
 			b, _ := json.Marshal(r)
-			fmt.Fprintf(cfg.Out, "%s%s\n", ResultPrefix, b)
+			fmt.Fprintf(cfg.Out, "%s%s\n", collbench.ResultPrefix, b)
 		}
 	}
 	return out, nil
@@ -231,7 +118,7 @@ func runOne(ctx context.Context, c *collectives.Communicator, cfg Config) ([]Res
 // bench holds one size's buffers and runs the collective on them.
 type bench[T collectives.Element] struct {
 	c          *collectives.Communicator
-	cfg        Config
+	cfg        collbench.Config
 	op         collectives.Op
 	n, r       int
 	count, per int // elements: the whole (nccl-tests' count) and one rank's block
@@ -253,7 +140,7 @@ func opOf(name string) collectives.Op {
 	return collectives.Sum
 }
 
-func measure[T collectives.Element](ctx context.Context, c *collectives.Communicator, cfg Config, size int64) (Result, error) {
+func measure[T collectives.Element](ctx context.Context, c *collectives.Communicator, cfg collbench.Config, size int64) (collbench.Result, error) {
 	elem := collectives.DTypeOf[T]().Size()
 	b := &bench[T]{c: c, cfg: cfg, op: opOf(cfg.Op), n: c.Size(), r: c.Rank()}
 	b.count = int(size) / elem
@@ -289,8 +176,8 @@ func measure[T collectives.Element](ctx context.Context, c *collectives.Communic
 	case "alltoall", "sendrecv":
 		b.send, b.recv = buf(b.count), buf(b.count)
 	}
-	res := Result{Collective: cfg.Collective, DType: cfg.DType, Ranks: b.n, Bytes: int64(b.count * elem), Count: int64(b.count), Errors: -1}
-	if reduction(cfg.Collective) {
+	res := collbench.Result{Collective: cfg.Collective, DType: cfg.DType, Ranks: b.n, Bytes: int64(b.count * elem), Count: int64(b.count), Errors: -1}
+	if collbench.Reduction(cfg.Collective) {
 		res.Op = cfg.Op
 	}
 	res.Algorithm = algorithm(c, cfg.Collective, b.count, b.per, elem)

@@ -1,23 +1,19 @@
-package collbench
+package benchrank
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
 
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/collectives"
 )
 
-// EnvConfig carries a `gorun bench` rank's Config, as JSON, from the head
-// to every rank.
-const EnvConfig = "GORUN_BENCH_CONFIG"
-
-// RankMain is a `gorun bench` rank: it reads its Config from EnvConfig,
+// Main is a `gorun bench` rank: it reads its Config from collbench.EnvConfig,
 // joins the job's communicator, and runs it, rank 0 printing the results
 // on standard output. It returns the process's exit status.
 //
@@ -26,10 +22,10 @@ const EnvConfig = "GORUN_BENCH_CONFIG"
 // add idle threads that compete with the spinning ranks.
 // GORUN_BENCH_CPUPROFILE=PREFIX writes each rank's CPU profile to
 // PREFIX.RANK.
-func RankMain() int {
-	var cfg Config
-	if err := json.Unmarshal([]byte(os.Getenv(EnvConfig)), &cfg); err != nil {
-		fmt.Fprintf(os.Stderr, "gorun bench: %s: %v (a rank of gorun bench is started by gorun bench only)\n", EnvConfig, err)
+func Main() int {
+	var cfg collbench.Config
+	if err := json.Unmarshal([]byte(os.Getenv(collbench.EnvConfig)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "gorun bench: %s: %v (a rank of gorun bench is started by gorun bench only)\n", collbench.EnvConfig, err)
 		return 2
 	}
 	cfg.Out = os.Stdout
@@ -56,24 +52,4 @@ func RankMain() int {
 		return 1
 	}
 	return 0
-}
-
-// Save writes a report with write to the file path, to stdout when path
-// is "-", or nowhere when path is "".
-func Save(path string, stdout io.Writer, write func(io.Writer) error) error {
-	switch path {
-	case "":
-		return nil
-	case "-":
-		return write(stdout)
-	}
-	w, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(w); err != nil {
-		w.Close()
-		return err
-	}
-	return w.Close()
 }

@@ -1,11 +1,8 @@
-//go:build !launcher_only
-
-package main
+package tools
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/launcher"
 	"github.com/gorun/gorun/plugins"
 	"github.com/gorun/gorun/plugins/plugintest"
 )
@@ -24,7 +20,7 @@ func pluginsCommand(stdout, stderr io.Writer) *cli.Command {
 	dirFlag := &cli.StringSliceFlag{Name: "plugin-dir", Usage: "look in `DIR` first (repeatable)"}
 	return &cli.Command{
 		Name:  "plugins",
-		Usage: pluginsUsage,
+		Usage: "list the transport and collective plugins found, or test one (see gorun-plugin(7))",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "list",
@@ -81,43 +77,54 @@ func absDirs(dirs []string) []string {
 
 func testPlugin(c *cli.Context, stdout, stderr io.Writer) error {
 	if c.NArg() != 1 {
-		return errExit{code: 2, err: errors.New("plugins test: want one plugin, as a path or a name")}
+		return usage("plugins test: want one plugin, as a path or a name")
 	}
 	path, err := plugins.Lookup(c.Args().First(), absDirs(c.StringSlice("plugin-dir")))
 	if err != nil {
-		return errExit{code: 2, err: err}
+		return exitError{code: exitUsage, err: err}
 	}
 	if path, err = filepath.Abs(path); err != nil {
-		return errExit{code: 2, err: err}
+		return exitError{code: exitUsage, err: err}
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return errExit{code: 1, err: err}
+		return exitError{code: exitFailed, err: err}
 	}
 	_, err = plugintest.Check(c.Context, self, path, plugintest.CheckOptions{Probe: !c.Bool("no-probe"),
 		Options: plugintest.Options{Quick: c.Bool("quick"), Verbose: c.Bool("v"), Iface: c.String("iface"), Stdout: stdout, Stderr: stderr}})
 	if err != nil {
-		return errExit{code: 1, err: err}
+		return exitError{code: exitFailed, err: err}
 	}
 	return nil
 }
 
-// preflightPlugin runs the quick contract suite against the job's plugin
-// on this host when --plugin-check asks for it, before anything starts.
-func preflightPlugin(c *cli.Context, o launcher.Options, stdout, stderr io.Writer) error {
-	if on, err := pluginCheckOn(c, o); err != nil || !on {
-		return err
+// preflightCommand is a job's --plugin-check, which gorun runs before
+// it starts any rank: the quick contract suite against the job's plugin
+// on this host. A plugin not found is a usage error (exit 2), one that
+// fails the suite a failure (exit 1).
+func preflightCommand(stderr io.Writer) *cli.Command {
+	return &cli.Command{
+		Name:      "preflight",
+		Usage:     "run the quick transport contract against a job's plugin (gorun --plugin-check)",
+		ArgsUsage: "PATH|NAME",
+		Hidden:    true,
+		Flags:     []cli.Flag{&cli.StringSliceFlag{Name: "plugin-dir", Usage: "look in `DIR` first (repeatable)"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usage("preflight: want one plugin, as a path or a name")
+			}
+			path, err := plugins.Lookup(c.Args().First(), c.StringSlice("plugin-dir"))
+			if err != nil {
+				return usage("--plugin-check: %w", err)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return exitError{code: exitFailed, err: err}
+			}
+			if err := plugintest.Preflight(c.Context, self, path, stderr); err != nil {
+				return exitError{code: exitFailed, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
+			}
+			return nil
+		},
 	}
-	path, err := plugins.Lookup(o.Plugin.Name, o.Plugin.Dirs)
-	if err != nil {
-		return errExit{code: launcher.ExitUsage, err: fmt.Errorf("--plugin-check: %w", err)}
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return errExit{code: launcher.ExitLaunch, err: err}
-	}
-	if err := plugintest.Preflight(c.Context, self, path, stderr); err != nil {
-		return errExit{code: launcher.ExitLaunch, err: fmt.Errorf("--plugin-check: %w: no rank was started", err)}
-	}
-	return nil
 }

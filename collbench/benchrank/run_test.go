@@ -1,9 +1,10 @@
-package collbench
+package benchrank
 
 import (
 	"context"
 	"testing"
 
+	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/collectives"
 	"github.com/gorun/gorun/collectives/collectivestest"
 )
@@ -14,7 +15,7 @@ func TestRunChecks(t *testing.T) {
 	f := collectivestest.NewFabric(3, nil)
 	sizes := []int64{0, 8, 296, 10952}
 	errs := f.Run(nil, func(c *collectives.Communicator) error {
-		rs, err := Run(context.Background(), c, Config{Collective: All, AllTypes: true, Sizes: sizes, Iters: 1, Warmup: -1, Check: true, Root: 2})
+		rs, err := Run(context.Background(), c, collbench.Config{Collective: collbench.All, AllTypes: true, Sizes: sizes, Iters: 1, Warmup: -1, Check: true, Root: 2})
 		if err != nil {
 			return err
 		}
@@ -41,7 +42,7 @@ func TestVerifyFindsWrong(t *testing.T) {
 	f := collectivestest.NewFabric(2, nil)
 	errs := f.Run(nil, func(c *collectives.Communicator) error {
 		for _, coll := range []string{"allreduce", "allgather", "alltoall", "reducescatter", "sendrecv"} {
-			b := &bench[float32]{c: c, cfg: Config{Collective: coll}, op: collectives.Sum, n: 2, r: c.Rank(), count: 8, per: 4}
+			b := &bench[float32]{c: c, cfg: collbench.Config{Collective: coll}, op: collectives.Sum, n: 2, r: c.Rank(), count: 8, per: 4}
 			b.send, b.recv = make([]float32, 8), make([]float32, 8)
 			if coll == "reducescatter" {
 				b.recv = make([]float32, 4)
