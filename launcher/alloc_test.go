@@ -100,3 +100,30 @@ func TestSrunArgs(t *testing.T) {
 		}
 	}
 }
+
+// --nolocal leaves out the hosts that are this machine, as mpirun
+// -nolocal does, and a list of this machine alone is refused, naming the
+// list.
+func TestHostSourceNoLocal(t *testing.T) {
+	hosts, _, desc, err := HostSource{HostList: []string{"localhost:2,127.0.0.1,node8:4,node7"}, NoLocal: true}.Hosts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, h := range hosts {
+		names = append(names, fmt.Sprintf("%s:%d", h.Name, h.Slots))
+	}
+	if got := strings.Join(names, ","); got != "node8:4,node7:1" {
+		t.Errorf("hosts = %s, want node8:4,node7:1", got)
+	}
+	if !strings.HasSuffix(desc, " --nolocal") {
+		t.Errorf("desc = %q, want it to say --nolocal", desc)
+	}
+	_, _, _, err = HostSource{HostList: []string{"localhost:2"}, NoLocal: true}.Hosts()
+	if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "-H localhost:2 is this machine") {
+		t.Errorf("--nolocal with -H localhost:2: err = %v, want a usage error naming -H localhost:2", err)
+	}
+	if hosts, _, _, err := (HostSource{NoLocal: false, HostList: []string{"localhost:2"}}).Hosts(); err != nil || len(hosts) != 1 {
+		t.Errorf("without --nolocal: %v, %v", hosts, err)
+	}
+}

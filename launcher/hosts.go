@@ -18,6 +18,7 @@ type HostSource struct {
 	HostList []string // -H, each a comma-separated list
 	Include  string   // DeepSpeed --include
 	Exclude  string   // DeepSpeed --exclude
+	NoLocal  bool     // --nolocal: leave out the hosts that are this machine
 	// Alloc is the resource manager's allocation gorun runs in (see
 	// DetectAllocation): its hosts are the default, and a hostfile or -H
 	// may only choose among them.
@@ -79,7 +80,29 @@ func (s HostSource) Hosts() (hosts []hostfile.Host, implicit bool, desc string, 
 			return nil, false, "", fmt.Errorf("%w: %s %q leaves no hosts", ErrUsage, f.flag, f.val)
 		}
 	}
+	if s.NoLocal {
+		if hosts, err = withoutLocal(hosts, desc); err != nil {
+			return nil, false, "", err
+		}
+		desc += " --nolocal"
+	}
 	return hosts, implicit, desc, nil
+}
+
+// withoutLocal returns hosts without those that are this machine
+// ([IsLocal]), as mpirun -nolocal runs no rank where it runs; none left is
+// an error that names the hosts' source.
+func withoutLocal(hosts []hostfile.Host, desc string) ([]hostfile.Host, error) {
+	var out []hostfile.Host
+	for _, h := range hosts {
+		if !IsLocal(h.Name) {
+			out = append(out, h)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: --nolocal leaves no hosts: every host of %s is this machine; name other hosts with -H or --hostfile", ErrUsage, desc)
+	}
+	return out, nil
 }
 
 // IsLocal reports whether a host name means this machine: localhost, a

@@ -35,7 +35,6 @@ type mpiState struct {
 const (
 	wayTaskset  = "gorun binds within the CPUs it may use: run it under taskset -c LIST (or in a cpuset), and --bind-to core places the ranks on them"
 	wayDebugger = "run the debugger as the program (gorun -np N gdb -batch -ex run --args PROG), or see where a running job is with gorun stacks"
-	wayNoLocal  = "leave this host out of -H or --hostfile (or --exclude NAME)"
 	wayStatus   = "gorun ps lists running jobs, gorun status JOB each rank's host and pid, and --summary-json FILE writes a record of the job"
 	wayEnvNone  = "ranks inherit gorun's environment: start gorun with the one they should get (env -i PATH=\"$PATH\" gorun ...), and -x NAME for more"
 	wayCopy     = "gorun copies only itself to hosts that lack it: put the files on a directory every host shares, or copy them first"
@@ -95,7 +94,7 @@ var mpirunFlags = []option{
 	{names: []string{"bycore"}, do: as("--map-by=core")},
 	{names: []string{"oversubscribe"}, do: as("--oversubscribe")},
 	{names: []string{"nooversubscribe"}, do: as("--oversubscribe=false")},
-	{names: []string{"nolocal"}, do: refused(wayNoLocal)},
+	{names: []string{"nolocal"}, do: as("--nolocal")},
 	{names: []string{"novm"}, do: nothing}, // gorun starts agents only where ranks run
 	{names: []string{"max-vm-size"}, nargs: 1, do: refused("gorun starts agents on the hosts that run ranks only: choose them with -H or --hostfile")},
 	{names: []string{"report-bindings"}, do: as("--report-bindings")},
@@ -196,7 +195,7 @@ var mpiexecFlags = []option{
 	{names: []string{"localhost"}, nargs: 1, do: noted("ignored: gorun finds the address the other hosts reach it at (--iface NAME chooses)")},
 	{names: []string{"usize"}, nargs: 1, do: noted("ignored: gorun's universe is the job's ranks")},
 	{names: []string{"pmi-port"}, do: noted("ignored: gorun serves PMI to each rank on a socket of its own (PMI_FD)")},
-	{names: []string{"skip-launch-node"}, do: refused(wayNoLocal)},
+	{names: []string{"skip-launch-node"}, do: as("--nolocal")},
 	{names: []string{"gpus-per-proc", "g"}, nargs: 1, do: gpusPerProc},
 	{names: []string{"h", "help"}, do: as("--help")},
 }
@@ -390,9 +389,9 @@ func mapBy(p *parser, typed string, v []string) error {
 			case "SPAN":
 				return fmt.Errorf("%s: SPAN: gorun maps each host on its own: give the count per host (--map-by ppr:N:node)", typed)
 			case "NOLOCAL":
-				return fmt.Errorf("%s: NOLOCAL: %s", typed, wayNoLocal)
+				p.emit("--nolocal")
 			default:
-				return fmt.Errorf("%s: %s: gorun takes the modifiers PE=N (--cpus-per-rank N), OVERSUBSCRIBE, NOOVERSUBSCRIBE and DISPLAY", typed, m)
+				return fmt.Errorf("%s: %s: gorun takes the modifiers PE=N (--cpus-per-rank N), OVERSUBSCRIBE, NOOVERSUBSCRIBE, NOLOCAL and DISPLAY", typed, m)
 			}
 		}
 	}

@@ -544,7 +544,7 @@ func jobPlacement(s settingsOf) (placement, error) {
 	if p.alloc, err = launcher.DetectAllocation(os.Getenv, s.str("launcher")); err != nil {
 		return p, err
 	}
-	src := launcher.HostSource{Hostfile: s.str("hostfile"), HostList: s.list("host"), Include: s.str("include"), Exclude: s.str("exclude"), Alloc: p.alloc}
+	src := launcher.HostSource{Hostfile: s.str("hostfile"), HostList: s.list("host"), Include: s.str("include"), Exclude: s.str("exclude"), NoLocal: s.on("nolocal"), Alloc: p.alloc}
 	if p.hosts, p.implicit, p.desc, err = src.Hosts(); err != nil {
 		return p, err
 	}

@@ -29,6 +29,7 @@ var settings = []setting{
 	{name: "hostfile", aliases: []string{"machinefile"}, kind: config.String, arg: "FILE", usage: "read hosts from `FILE` (Open MPI or MPICH syntax, see gorun-hostfile(5))"},
 	{name: "include", kind: config.String, arg: "FILTER", usage: "DeepSpeed-style `FILTER` of hosts and GPU slots to use, e.g. w0@w1:0,2"},
 	{name: "exclude", kind: config.String, arg: "FILTER", usage: "DeepSpeed-style `FILTER` of hosts and GPU slots to leave out"},
+	{name: "nolocal", kind: config.Bool, def: "false", usage: "run no rank on this machine: leave the hosts that are this one out of the host list (as mpirun -nolocal)"},
 	{name: "oversubscribe", kind: config.Bool, def: "false", usage: "allow more ranks than slots on a host"},
 	{name: "map-by", kind: config.String, def: "slot", arg: "POLICY", usage: "place ranks by `POLICY`: slot (fill each host), node (round-robin), ppr:N:node; numa or package spread each host's bound ranks over its NUMA nodes or packages"},
 	{name: "npernode", aliases: []string{"N"}, kind: config.Int, def: "0", arg: "N", usage: "run `N` ranks on every host (same as --map-by ppr:N:node)"},
