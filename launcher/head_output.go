@@ -16,10 +16,10 @@ import (
 )
 
 // outputStyle is the output formats of personality l: Open MPI's under
-// gorun mpirun, gorun's own otherwise (Hydra's -prepend-rank is gorun's
+// gorun mpirun and gorun horovodrun, gorun's own otherwise (Hydra's -prepend-rank is gorun's
 // tag without the host).
 func outputStyle(l env.Launcher) output.Style {
-	if l == env.MPIRun {
+	if l == env.MPIRun || l == env.HorovodRun { // horovodrun runs mpirun --tag-output
 		return output.StyleOpenMPI
 	}
 	return output.StyleGorun
@@ -27,9 +27,12 @@ func outputStyle(l env.Launcher) output.Style {
 
 // tagsHost reports whether --tag-output names the host, on a job of
 // several hosts, under personality l: gorun's own and torchrun's tags do
-// ("[host:rank] "); mpirun's ("[1,rank]<stdout>:") and Hydra's
-// -prepend-rank ("[rank] ") name the rank alone.
-func tagsHost(l env.Launcher) bool { return l != env.MPIRun && l != env.MPIExec }
+// ("[host:rank] "); mpirun's ("[1,rank]<stdout>:", which horovodrun's
+// mpirun prints too) and Hydra's -prepend-rank ("[rank] ") name the rank
+// alone.
+func tagsHost(l env.Launcher) bool {
+	return l != env.MPIRun && l != env.MPIExec && l != env.HorovodRun
+}
 
 // outputFormat is how ranks' lines are formatted under personality l, on
 // a job of nodes hosts: the style, tags, timestamps and merging.

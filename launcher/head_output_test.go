@@ -62,6 +62,7 @@ func TestOutputFormat(t *testing.T) {
 		{env.TorchRun, 2, output.StyleGorun, true},
 		{env.MPIRun, 2, output.StyleOpenMPI, false},
 		{env.MPIExec, 2, output.StyleGorun, false},
+		{env.HorovodRun, 2, output.StyleOpenMPI, false}, // horovodrun runs mpirun --tag-output
 	}
 	for _, tt := range tests {
 		o := outputFormat(tt.l, true, true, false, 0, tt.nodes)

@@ -131,7 +131,7 @@ func TestPersonalitySymlinks(t *testing.T) {
 		{"mpiexec.hydra", []string{"-n", "2", "-l", "-genv", "A", "x y", "sh", "-c", "echo $A"}, "[0] x y\n[1] x y\n", ""},
 		{"torchrun", append([]string{"--nproc_per_node=2", "--no-python", "--log-dir", dir, "--tee", "1"}, printRank...),
 			"rank=0 size=2 args=\nrank=1 size=2 args=\n", "gorun: note: the ranks' logs go to " + dir + "/none_"},
-		{"horovodrun", append([]string{"-np", "2"}, printRank...), "[0] rank=0 size=2 args=\n[1] rank=1 size=2 args=\n", ""}, // tagged, as its mpirun's
+		{"horovodrun", append([]string{"-np", "2"}, printRank...), "[1,0]<stdout>:rank=0 size=2 args=\n[1,1]<stdout>:rank=1 size=2 args=\n", ""}, // tagged, as its mpirun's
 		{"deepspeed", []string{"--num_gpus", "1", "--no_python", "--no_local_rank", "sh", "-c", "echo $WORLD_SIZE"}, "1\n", ""},
 	}
 	for _, tt := range tests {
