@@ -26,9 +26,10 @@ const MaxRanks = 1 << 24
 
 // MapBy is a mapping policy: "slot" fills each host's slots in host order,
 // "node" deals ranks round-robin over the hosts, "ppr" places PerNode ranks
-// on every host.
+// on every host, "seq" one rank on each line of the hostfile
+// ([Sequential]).
 type MapBy struct {
-	Policy  string // "slot", "node" or "ppr"
+	Policy  string // "slot", "node", "ppr" or "seq"
 	PerNode int    // ranks per node (or per NUMA node, with Per "numa") for "ppr"
 	// Per is what "ppr" counts ranks per: "node", "numa" or "package"
 	// (ppr:N:numa, ppr:N:package: N ranks per NUMA node or package of
@@ -55,7 +56,8 @@ func (m MapBy) String() string {
 	return m.Policy
 }
 
-// ParseMapBy parses a --map-by value: slot, node, ppr:N:node, or numa and
+// ParseMapBy parses a --map-by value: slot, node, seq (see [Sequential]),
+// ppr:N:node, or numa and
 // package (hosts filled slot by slot, and each host's ranks spread over its
 // NUMA nodes or packages when bound). Open MPI's spellings whose meaning
 // gorun shares are taken too: core is slot (gorun's slots are cores unless
@@ -70,6 +72,8 @@ func ParseMapBy(s string) (MapBy, error) {
 		return MapBy{}, fmt.Errorf("%w: --map-by %q: gorun places ranks on whole cores, never one hardware thread of a core: use --map-by slot (with --bind-to core)", ErrPlan, s)
 	case "node":
 		return MapBy{Policy: "node"}, nil
+	case "seq":
+		return MapBy{Policy: "seq"}, nil
 	case "numa", "package", "socket":
 		w := s
 		if w == "socket" {
@@ -93,7 +97,7 @@ func ParseMapBy(s string) (MapBy, error) {
 		}
 		return MapBy{}, fmt.Errorf("%w: --map-by %q: want ppr:N:node, ppr:N:numa or ppr:N:package", ErrPlan, s)
 	}
-	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node, numa, package, ppr:N:node, ppr:N:numa or ppr:N:package", ErrPlan, s)
+	return MapBy{}, fmt.Errorf("%w: --map-by %q: want slot, node, seq, numa, package, ppr:N:node, ppr:N:numa or ppr:N:package", ErrPlan, s)
 }
 
 // PlanOptions says how to map ranks.
@@ -211,8 +215,14 @@ func newPlanner(hosts []hostfile.Host, o PlanOptions) (*planner, error) {
 	if m.Policy == "" {
 		m.Policy = "slot"
 	}
+	if m.Policy == "seq" && len(o.Rankfile) == 0 {
+		return nil, fmt.Errorf("%w: --map-by seq places one rank on each line of a hostfile: give --hostfile FILE", ErrPlan)
+	}
 	if len(o.Rankfile) > 0 {
-		if m.Policy != "slot" || m.Within != "" || o.NPerNode > 0 {
+		if m.Policy == "seq" && o.NPerNode > 0 {
+			return nil, fmt.Errorf("%w: --map-by seq places every rank by the hostfile's lines: drop -N", ErrPlan)
+		}
+		if m.Policy != "seq" && (m.Policy != "slot" || m.Within != "" || o.NPerNode > 0) {
 			return nil, fmt.Errorf("%w: --rankfile places every rank: drop --map-by %s and -N", ErrPlan, m)
 		}
 		m = MapBy{Policy: "rankfile"}
@@ -448,4 +458,19 @@ func packages() int {
 		}
 	}
 	return max(len(ids), 1)
+}
+
+// Sequential places the ranks as Open MPI's sequential mapper (--map-by
+// seq, -mca rmaps seq) does: rank N on the host of the hostfile's N-th
+// line (seq, from [hostfile.ParseSequence]), bound as --bind-to says; np
+// ranks (0: one a line) take the first np lines. The result is a rankfile for
+// PlanOptions.Rankfile; src names the hostfile in errors.
+func Sequential(seq []hostfile.RankSlot, np int, src string) ([]hostfile.RankSlot, error) {
+	if np == 0 {
+		np = len(seq)
+	}
+	if np > len(seq) {
+		return nil, fmt.Errorf("%w: -np %d is more than the %d lines of %s: --map-by seq places one rank on each line (lower -np, or list more lines)", ErrPlan, np, len(seq), src)
+	}
+	return seq[:np], nil
 }

@@ -108,3 +108,49 @@ func TestApplySlots(t *testing.T) {
 		t.Errorf("applySlots on a package this host lacks: %v", err)
 	}
 }
+
+// --map-by seq (Open MPI's rmaps seq): a rank on each hostfile line in
+// order, a host listed twice taking two ranks, -np taking the first lines;
+// more ranks than lines, or seq without a hostfile, are refused.
+func TestSequential(t *testing.T) {
+	const hf = "h1 slots=2\nh2\nh1\n"
+	hosts, err := hostfile.Parse(strings.NewReader(hf), "hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := hostfile.ParseSequence(strings.NewReader(hf), "hf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		np   int
+		want string // host of each rank
+		err  string
+	}{
+		{0, "h1 h2 h1", ""},
+		{2, "h1 h2", ""},
+		{4, "", "-np 4 is more than the 3 lines of --hostfile hf: --map-by seq places one rank on each line"},
+	} {
+		rf, err := Sequential(seq, tt.np, "--hostfile hf")
+		if err == nil {
+			var p *Plan
+			p, err = NewPlan(hosts, PlanOptions{NP: tt.np, MapBy: MapBy{Policy: "seq"}, Rankfile: rf, Source: "--hostfile hf"})
+			if err == nil {
+				var got []string
+				for _, r := range p.Ranks {
+					got = append(got, p.Nodes[r.Node].Host.Name)
+				}
+				if g := strings.Join(got, " "); g != tt.want {
+					t.Errorf("-np %d: ranks on %s, want %s", tt.np, g, tt.want)
+				}
+				continue
+			}
+		}
+		if tt.err == "" || !strings.Contains(err.Error(), tt.err) || !errors.Is(err, ErrPlan) {
+			t.Errorf("-np %d: err = %v, want a plan error containing %q", tt.np, err, tt.err)
+		}
+	}
+	if _, err := NewPlan(hosts, PlanOptions{MapBy: MapBy{Policy: "seq"}}); err == nil || !strings.Contains(err.Error(), "give --hostfile FILE") {
+		t.Errorf("seq without its lines: err = %v, want one asking for --hostfile", err)
+	}
+}

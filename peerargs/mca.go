@@ -21,7 +21,6 @@ var launcherFrameworks = []string{"plm", "ras", "rmaps", "odls", "orte", "routed
 // Ways of the launcher's parameters that gorun refuses.
 const (
 	waySSHClient = "gorun reaches hosts through its own SSH client, which reads ~/.ssh/config (--ssh-config FILE, --ssh-port PORT, -i KEY)"
-	waySeq       = "gorun has no sequential mapper: list the hosts in rank order with one slot each (-H h1:1,h2:1,h3:1), or place every rank with --rankfile FILE"
 	noteORTE     = "ignored: a parameter of Open MPI's launcher (mpirun and its orted daemons), which gorun replaces; the ranks do not read it"
 )
 
@@ -40,17 +39,14 @@ func MCA(name, value string) (args []string, note string, err error) {
 	case "rmaps":
 		switch value {
 		case "seq":
-			return nil, "", errors.New(waySeq)
+			return []string{"--map-by", "seq"}, "", nil
 		case "round_robin", "ppr":
 			return nil, "", nil // gorun's own mapping, chosen by --map-by
 		case "rank_file":
 			return nil, "", errors.New("give the rankfile: --rankfile FILE")
 		}
-		return nil, "", errors.New("gorun maps ranks by --map-by (slot, node, ppr:N:OBJ) or a --rankfile FILE")
+		return nil, "", errors.New("gorun maps ranks by --map-by (slot, node, seq, ppr:N:OBJ) or a --rankfile FILE")
 	case "rmaps_base_mapping_policy":
-		if strings.HasPrefix(value, "seq") {
-			return nil, "", errors.New(waySeq)
-		}
 		return sub(mapBy, "--map-by", value)
 	case "hwloc_base_binding_policy":
 		return sub(bindTo, "--bind-to", value)

@@ -25,8 +25,8 @@ func TestMCA(t *testing.T) {
 		{"plm_rsh_args", "-p", "", "", "ssh option -p: takes a value"},
 		{"plm_rsh_agent", "rsh", "", "", waySSHClient},
 		// mpirun(1)'s "-mca rmaps seq".
-		{"rmaps", "seq", "", "", waySeq},
-		{"rmaps_base_mapping_policy", "seq", "", "", waySeq},
+		{"rmaps", "seq", "--map-by seq", "", ""},
+		{"rmaps_base_mapping_policy", "seq", "--map-by seq", "", ""},
 		{"rmaps", "round_robin", "", "", ""},
 		{"rmaps_base_mapping_policy", "slot:PE=2", "--map-by slot --cpus-per-rank 2", "", ""},
 		{"hwloc_base_binding_policy", "core", "--bind-to core", "", ""},

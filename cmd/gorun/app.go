@@ -555,6 +555,11 @@ func jobPlacement(s settingsOf) (placement, error) {
 	if p.mapBy, err = launcher.ParseMapBy(s.str("map-by")); err != nil {
 		return p, err
 	}
+	if p.mapBy.Policy == "seq" {
+		if p.rankfile, err = sequence(s, p); err != nil {
+			return p, err
+		}
+	}
 	if f := s.str("rankfile"); f != "" {
 		if p.rankfile, err = hostfile.ParseRankfileFile(f); err != nil {
 			return p, err
@@ -567,6 +572,23 @@ func jobPlacement(s settingsOf) (placement, error) {
 		}
 	}
 	return p, nil
+}
+
+// sequence is --map-by seq's placement: a rank on each line of the
+// hostfile, in order (Open MPI's rmaps seq).
+func sequence(s settingsOf, p placement) ([]hostfile.RankSlot, error) {
+	f := s.str("hostfile")
+	switch {
+	case s.str("rankfile") != "":
+		return nil, errors.New("--map-by seq and --rankfile: each places every rank: give one")
+	case f == "":
+		return nil, errors.New("--map-by seq places one rank on each line of a hostfile: give --hostfile FILE (or -H's hosts in rank order with one slot each)")
+	}
+	seq, err := hostfile.ParseSequenceFile(f)
+	if err != nil {
+		return nil, err
+	}
+	return launcher.Sequential(seq, p.np, "--hostfile "+f)
 }
 
 // rankFiles is where the ranks' output goes besides the terminal:

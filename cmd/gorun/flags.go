@@ -31,7 +31,7 @@ var settings = []setting{
 	{name: "exclude", kind: config.String, arg: "FILTER", usage: "DeepSpeed-style `FILTER` of hosts and GPU slots to leave out"},
 	{name: "nolocal", kind: config.Bool, def: "false", usage: "run no rank on this machine: leave the hosts that are this one out of the host list (as mpirun -nolocal)"},
 	{name: "oversubscribe", kind: config.Bool, def: "false", usage: "allow more ranks than slots on a host"},
-	{name: "map-by", kind: config.String, def: "slot", arg: "POLICY", usage: "place ranks by `POLICY`: slot (fill each host), node (round-robin), ppr:N:node; numa or package spread each host's bound ranks over its NUMA nodes or packages"},
+	{name: "map-by", kind: config.String, def: "slot", arg: "POLICY", usage: "place ranks by `POLICY`: slot (fill each host), node (round-robin), seq (a rank on each hostfile line), ppr:N:node; numa or package spread each host's bound ranks over its NUMA nodes or packages"},
 	{name: "npernode", aliases: []string{"N"}, kind: config.Int, def: "0", arg: "N", usage: "run `N` ranks on every host (same as --map-by ppr:N:node)"},
 	{name: "bind-to", kind: config.String, arg: "WHAT", usage: "bind each rank to a `WHAT`: gpu (local rank i next to GPU i: the cores and memory of its NUMA node), core, numa, package or none (default: gpu where there are GPUs, else none; oversubscribed jobs are not bound unless asked)"},
 	{name: "gpu-bind", kind: config.String, def: "all", arg: "HOW", usage: "which GPUs each rank sees: all (every GPU the job may use; local rank i uses device i, as torchrun and mpirun leave it) or single (only its own GPU, as device 0)"},
