@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -402,6 +404,9 @@ func (g *genState) onExited(e rankExited) {
 		return
 	}
 	r.update(&e.Exited)
+	if r.PID == 0 && r.Err != "" {
+		r.Err += notFoundHint(r.Err)
+	}
 	if j, k := g.dyn.spawned(e.Rank); j != nil {
 		g.spawnedEnded(j, k)
 		if r.PID == 0 && r.Err != "" {
@@ -695,4 +700,21 @@ func (h *head) markLost(node, gen int) {
 			h.rec[r].Generation, h.rec[r].End, h.rec[r].Err = gen, now, "its host's agent was lost"
 		}
 	}
+}
+
+// notFoundHint is the way for a program that a host's PATH lacks and
+// gorun's own PATH has, given the agent's "PROG: command not found in
+// PATH (...)": most often a rank on another host, whose PATH is its ssh
+// login's, not gorun's (mpirun's ranks have the same PATH; horovodrun
+// passes its own with -x PATH).
+func notFoundHint(err string) string {
+	prog, _, ok := strings.Cut(err, ": command not found in PATH")
+	if !ok || prog == "" || strings.ContainsAny(prog, "/ ") {
+		return ""
+	}
+	p, lerr := exec.LookPath(prog)
+	if lerr != nil || !filepath.IsAbs(p) {
+		return ""
+	}
+	return fmt.Sprintf("; gorun's PATH has it (%s): give its full path, or pass gorun's PATH to the ranks with -x PATH", p)
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -694,5 +696,30 @@ func TestDecodeEvent(t *testing.T) {
 				t.Fatalf("origin %d, want 1", got.origin())
 			}
 		})
+	}
+}
+
+// A program that a host's PATH lacks and gorun's has gets the way: its
+// full path, or -x PATH (migrants #46: horovodrun's line under plain
+// gorun, whose remote ranks have their ssh login's PATH).
+func TestNotFoundHint(t *testing.T) {
+	dir := t.TempDir()
+	prog := filepath.Join(dir, "mytool")
+	if err := os.WriteFile(prog, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	got := notFoundHint("mytool: command not found in PATH (/usr/bin:/bin)")
+	if want := "; gorun's PATH has it (" + prog + "): give its full path, or pass gorun's PATH to the ranks with -x PATH"; got != want {
+		t.Errorf("hint = %q, want %q", got, want)
+	}
+	for _, e := range []string{
+		"nosuchtool-9f3: command not found in PATH (/usr/bin)", // nowhere
+		"./mytool: no such file",                               // not a PATH search
+		"mytool: not an executable file",
+	} {
+		if got := notFoundHint(e); got != "" {
+			t.Errorf("hint for %q = %q, want none", e, got)
+		}
 	}
 }
