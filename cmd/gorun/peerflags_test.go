@@ -158,7 +158,7 @@ func TestPeerFlagsWork(t *testing.T) {
 		{"python -m torch.distributed.run", []string{"python3", "-m", "torch.distributed.run", "--nproc_per", "2", "--no_python", "sh", "-c", "echo $RANK"}, 0,
 			"0\n1\n", ""},
 		{"horovodrun", []string{"horovodrun", "-np", "2", "--fusion-threshold-mb", "1", "sh", "-c", "echo $HOROVOD_RANK $HOROVOD_FUSION_THRESHOLD"}, 0,
-			"[0] 0 1048576\n[1] 1 1048576\n", ""},
+			"[1,0]<stdout>:0 1048576\n[1,1]<stdout>:1 1048576\n", ""},
 		{"deepspeed", []string{"deepspeed", "--num_gpus", "2", "--no_python", script, "x"}, 0,
 			"0 --local_rank=0 x\n1 --local_rank=1 x\n", ""},
 		{"rankfile host typo", []string{"--rankfile", filepath.Join(dir, "typo"), "-H", "localhost,127.0.0.1", "true"}, 2, "",
