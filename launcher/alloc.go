@@ -61,6 +61,10 @@ func DetectAllocation(getenv func(string) string, backend string) (*Allocation, 
 		}
 		return pbsAllocation(getenv, "--launcher pbs")
 	}
+	if backend == "fork" {
+		// Hydra's: every rank on this machine, its hosts unused.
+		return nil, fmt.Errorf("%w: --launcher fork is mpiexec's: gorun mpiexec -launcher fork ... (or leave out -f and -H: plain gorun runs every rank here)", ErrUsage)
+	}
 	return nil, fmt.Errorf("%w: --launcher %q: want auto, local, ssh, slurm or pbs", ErrUsage, backend)
 }
 

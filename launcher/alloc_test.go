@@ -127,3 +127,17 @@ func TestHostSourceNoLocal(t *testing.T) {
 		t.Errorf("without --nolocal: %v, %v", hosts, err)
 	}
 }
+
+// A launcher gorun does not have is refused naming those it has; Hydra's
+// fork names the personality that takes it (migrants #25, plain gorun).
+func TestDetectAllocationUnknownLauncher(t *testing.T) {
+	for backend, want := range map[string]string{
+		"rsh":  `--launcher "rsh": want auto, local, ssh, slurm or pbs`,
+		"fork": "--launcher fork is mpiexec's: gorun mpiexec -launcher fork",
+	} {
+		_, err := DetectAllocation(func(string) string { return "" }, backend)
+		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), want) {
+			t.Errorf("--launcher %s: err = %v, want a usage error containing %q", backend, err, want)
+		}
+	}
+}
