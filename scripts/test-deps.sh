@@ -22,6 +22,7 @@ pkgs=(
   jq              # the README's transcripts pipe gorun's JSON through jq (TestREADMEExamples)
   zsh             # zsh -n checks the zsh completion script (TestCompletionZsh; skipped without it)
   git             # make check lists the Go files for gofmt with git ls-files
+  ca-certificates # TLS roots: go fetches gorun's modules from the module proxy over https
   slurmctld slurmd slurm-client munge  # slurmtest's real Slurm cluster: slurmctld, one slurmd per node, munged, and sbatch/srun/squeue/scancel/scontrol/sinfo
 )
 missing=()
