@@ -15,13 +15,18 @@ const blanks = " \t\r\v\f"
 
 // ParseFile reads the hostfile at path and parses it with [Parse], naming
 // path in errors.
-func ParseFile(path string) ([]Host, error) {
+func ParseFile(path string) ([]Host, error) { return parseFile(path, "hostfile", Parse) }
+
+// parseFile opens path and reads it with parse, naming path in errors;
+// kind ("hostfile", "rankfile") names the file when it cannot be opened.
+func parseFile[T any](path, kind string, parse func(io.Reader, string) (T, error)) (T, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("hostfile: %w", err)
+		var none T
+		return none, fmt.Errorf("%s: %w", kind, err)
 	}
 	defer f.Close()
-	return Parse(f, path)
+	return parse(f, path)
 }
 
 // Parse reads a hostfile from r; name stands for the source in errors.
@@ -41,7 +46,19 @@ func Parse(r io.Reader, name string) ([]Host, error) {
 		name = defaultName
 	}
 	m := newMerger("line")
-	err := readLines(r, name, func(n int, line string) error {
+	if err := eachHost(r, name, func(n int, h Host) error { return m.add(h, n) }); err != nil {
+		return nil, err
+	}
+	if len(m.hosts) == 0 {
+		return nil, &LineError{File: name, Err: errorf("no hosts")}
+	}
+	return m.hosts, nil
+}
+
+// eachEntry calls fn with each line of r that holds something, and its
+// number: '#' starts a comment, and blanks around the rest are trimmed.
+func eachEntry(r io.Reader, name string, fn func(n int, line string) error) error {
+	return readLines(r, name, func(n int, line string) error {
 		if i := strings.IndexByte(line, '#'); i >= 0 {
 			line = line[:i]
 		}
@@ -49,22 +66,24 @@ func Parse(r io.Reader, name string) ([]Host, error) {
 		if line == "" {
 			return nil
 		}
+		return fn(n, line)
+	})
+}
+
+// eachHost calls fn with the host of each hostfile line of r (see Parse)
+// and its number; a line that does not parse, or that fn refuses, is a
+// *LineError.
+func eachHost(r io.Reader, name string, fn func(n int, h Host) error) error {
+	return eachEntry(r, name, func(n int, line string) error {
 		h, err := parseLine(line)
 		if err == nil {
-			err = m.add(h, n)
+			err = fn(n, h)
 		}
 		if err != nil {
 			return &LineError{File: name, Line: n, Text: line, Err: err}
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(m.hosts) == 0 {
-		return nil, &LineError{File: name, Err: errorf("no hosts")}
-	}
-	return m.hosts, nil
 }
 
 // readLines calls fn with each line of r (newline removed, UTF-8 BOM removed

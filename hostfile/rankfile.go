@@ -3,7 +3,6 @@ package hostfile
 import (
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -45,12 +44,7 @@ func (s Slot) String() string { return s.Text }
 // ParseRankfileFile reads the rankfile at path with [ParseRankfile],
 // naming path in errors.
 func ParseRankfileFile(path string) ([]RankSlot, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("rankfile: %w", err)
-	}
-	defer f.Close()
-	return ParseRankfile(f, path)
+	return parseFile(path, "rankfile", ParseRankfile)
 }
 
 // ParseRankfile reads an Open MPI rankfile from r; name stands for the
@@ -68,14 +62,7 @@ func ParseRankfile(r io.Reader, name string) ([]RankSlot, error) {
 	}
 	var out []RankSlot
 	seen := map[int]int{}
-	err := readLines(r, name, func(n int, line string) error {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.Trim(line, blanks)
-		if line == "" {
-			return nil
-		}
+	err := eachEntry(r, name, func(n int, line string) error {
 		rs, err := parseRankLine(line)
 		if err == nil {
 			if prev, dup := seen[rs.Rank]; dup {

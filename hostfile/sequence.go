@@ -1,21 +1,13 @@
 package hostfile
 
 import (
-	"fmt"
 	"io"
-	"os"
-	"strings"
 )
 
 // ParseSequenceFile reads the hostfile at path with [ParseSequence],
 // naming path in errors.
 func ParseSequenceFile(path string) ([]RankSlot, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("hostfile: %w", err)
-	}
-	defer f.Close()
-	return ParseSequence(f, path)
+	return parseFile(path, "hostfile", ParseSequence)
 }
 
 // ParseSequence reads a hostfile from r as Open MPI's sequential mapper
@@ -28,20 +20,9 @@ func ParseSequence(r io.Reader, name string) ([]RankSlot, error) {
 		name = defaultName
 	}
 	var out []RankSlot
-	err := readLines(r, name, func(n int, line string) error {
-		if i := strings.IndexByte(line, '#'); i >= 0 {
-			line = line[:i]
-		}
-		line = strings.Trim(line, blanks)
-		if line == "" {
-			return nil
-		}
-		h, err := parseLine(line)
-		if err == nil && len(out) >= maxHosts {
-			err = errorf("more than %d lines", maxHosts)
-		}
-		if err != nil {
-			return &LineError{File: name, Line: n, Text: line, Err: err}
+	err := eachHost(r, name, func(n int, h Host) error {
+		if len(out) >= maxHosts {
+			return errorf("more than %d lines", maxHosts)
 		}
 		out = append(out, RankSlot{Rank: len(out), Host: h.Name, Relative: -1, Line: n})
 		return nil
