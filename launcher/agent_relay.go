@@ -31,27 +31,23 @@ const (
 	relayMax   = 64 << 10
 )
 
-// relay sends what a rank writes to one of its pipes to the head.
+// relay sends what a rank writes to one of its pipes to the head, in
+// chunks that keep whole lines whole (chunkReader).
 func (a *agent) relay(p *rankProc, f *os.File, s output.Stream) {
 	defer p.readers.Done()
-	// Small until a read fills it: most ranks say little, and 64 KiB
-	// for each of a host's pipes cost page faults at every launch.
-	buf := make([]byte, relayFirst)
+	c := newChunkReader(f)
 	for {
-		n, err := f.Read(buf)
-		if n > 0 {
+		chunk, err := c.next()
+		if len(chunk) > 0 {
 			if s == output.Stderr {
-				p.tail.write(buf[:n])
+				p.tail.write(chunk)
 			}
-			if p.files.write(s, buf[:n]) { // its file (rankfiles.go), and gorun's output unless only the file
+			if p.files.write(s, chunk) { // its file (rankfiles.go), and gorun's output unless only the file
 				now := time.Now()
-				a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: now, Data: buf[:n]})
+				a.w.SendOutput(control.Output{Rank: p.rank, Stream: uint8(s), Time: now, Data: chunk})
 				if a.print != nil {
-					a.print.Write(p.rank, s, now, buf[:n]) // this host's terminal failing stops nothing
+					a.print.Write(p.rank, s, now, chunk) // this host's terminal failing stops nothing
 				}
-			}
-			if n == len(buf) && len(buf) < relayMax {
-				buf = make([]byte, relayMax)
 			}
 		}
 		if err != nil {

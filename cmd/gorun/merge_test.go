@@ -88,7 +88,9 @@ func TestMergeOutputFlood(t *testing.T) {
 			for i < min(len(got[k]), len(want)) && got[k][i] == want[i] {
 				i++
 			}
-			t.Fatalf("rank %d: %d lines, want %d; they differ from line %d on", k, len(got[k]), len(want), i)
+			lo := max(0, i-2)
+			t.Fatalf("rank %d: %d lines, want %d; they differ from line %d on: got %q, want %q", k, len(got[k]), len(want), i,
+				got[k][lo:min(len(got[k]), i+3)], want[lo:min(len(want), i+3)])
 		}
 	}
 	if len(out) >= ranks*lines {
