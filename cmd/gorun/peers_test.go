@@ -122,7 +122,7 @@ func TestPeerAndUnknownFlagsRefused(t *testing.T) {
 		{args: []string{"-np"}, want: "flag needs an argument: -np", bare: true},
 		// Open MPI's launcher's parameters that gorun has no way for,
 		// and srun's binding to CPU lists: refused with the way.
-		{args: []string{"-mca", "rmaps", "seq", "-np", "1"}, want: "-mca rmaps seq: gorun has no sequential mapper: list the hosts in rank order with one slot each (-H h1:1,h2:1,h3:1), or place every rank with --rankfile FILE"},
+		{args: []string{"-mca", "rmaps", "seq", "-np", "1"}, want: "--map-by seq places one rank on each line of a hostfile: give --hostfile FILE (or -H's hosts in rank order with one slot each)"},
 		{args: []string{"--mca", "plm_rsh_agent", "rsh"}, want: "--mca plm_rsh_agent rsh: gorun reaches hosts through its own SSH client, which reads ~/.ssh/config (--ssh-config FILE, --ssh-port PORT, -i KEY)"},
 		{args: []string{"--cpu-bind=map_cpu:0,1", "-np", "1"}, want: "--cpu-bind map_cpu:0,1: map_cpu:0: gorun binds each rank to cores, NUMA nodes or packages (--bind-to core, numa or package); to place every rank on CPUs of your choosing, give a --rankfile FILE"},
 		{args: []string{"--map-by", "slot:SPAN", "-np", "1"}, want: "--map-by slot:SPAN: SPAN: gorun maps each host on its own: give the count per host (--map-by ppr:N:node)"},
