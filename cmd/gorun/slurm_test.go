@@ -161,8 +161,12 @@ func TestSlurmSignals(t *testing.T) {
 			// from slurmstepd (they are in the batch step) and from gorun,
 			// which forwards what it got: the trap ignores the signal once
 			// it runs, so that each rank says it got the signal once.
+			// gorun is the batch script's process (exec): a cancel's
+			// SIGTERM ends a bash that waits for it at once, and Slurm
+			// then kills what is left of the batch step, which on a
+			// loaded machine may be gorun before its summary.
 			p := script(t, c, "sig.sbatch", fmt.Sprintf(`#SBATCH -N 2 --ntasks-per-node=2
-gorun -x GORUN_TEST_MARK=%s sh -c 'trap "trap \"\" %s; echo %s-$RANK; exit 0" %s; echo up-$RANK; while :; do sleep 0.05; done'
+exec gorun -x GORUN_TEST_MARK=%s sh -c 'trap "trap \"\" %s; echo %s-$RANK; exit 0" %s; echo up-$RANK; while :; do sleep 0.05; done'
 `, mark, tt.trap, strings.ToLower(tt.trap), tt.trap))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
