@@ -109,7 +109,7 @@ func localAgent(t *testing.T, cmd *exec.Cmd) int {
 
 // proc is a process seen in /proc.
 type proc struct {
-	pid              int
+	pid, ppid        int
 	exe              string
 	cmdline, environ []byte
 }
@@ -127,6 +127,13 @@ func procsOf(uid uint32) []proc {
 		p.exe, _ = os.Readlink(dir + "/exe")
 		p.cmdline, _ = os.ReadFile(dir + "/cmdline")
 		p.environ, _ = os.ReadFile(dir + "/environ")
+		if stat, err := os.ReadFile(dir + "/stat"); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+				if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+					p.ppid, _ = strconv.Atoi(f[1])
+				}
+			}
+		}
 		out = append(out, p)
 	}
 	return out
@@ -195,7 +202,14 @@ print("connected")`
 	// 1c: the secret is in no command line of the job, and in the
 	// environment of its ranks alone, which the other user cannot read.
 	var gorunPIDs, rankPIDs []string
-	for _, p := range procsOf(victim.UID) {
+	procs := procsOf(victim.UID)
+	shells := map[int]bool{}
+	for _, p := range procs {
+		if bytes.HasPrefix(p.cmdline, []byte("sh\x00-c\x00")) {
+			shells[p.pid] = true
+		}
+	}
+	for _, p := range procs {
 		if bytes.Contains(p.cmdline, []byte(secret)) {
 			t.Errorf("the secret is in the command line of %d: %q", p.pid, p.cmdline)
 		}
@@ -205,7 +219,7 @@ print("connected")`
 			if bytes.Contains(p.environ, []byte(secret)) {
 				t.Errorf("the secret is in the environment of gorun %d (%q)", p.pid, p.cmdline)
 			}
-		case bytes.HasPrefix(p.cmdline, []byte("sh\x00-c\x00")): // a rank, not its passing sleeps
+		case shells[p.pid] && !shells[p.ppid]: // a rank, not its passing sleeps (a shell's child, before its exec of sleep, is "sh -c" too)
 			rankPIDs = append(rankPIDs, strconv.Itoa(p.pid))
 			if !bytes.Contains(append([]byte{0}, p.environ...), []byte("\x00GORUN_JOB_SECRET="+secret+"\x00")) {
 				t.Errorf("rank %d's environment lacks the secret (so the check below proves nothing)", p.pid)
