@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/launcher/control"
+	"github.com/gorun/gorun/plugins/pmixbridge"
 )
 
 // needsPMIx tells Open MPI programs and mpi4py scripts from the rest.
@@ -63,5 +65,22 @@ func TestNeedsPMIx(t *testing.T) {
 	}
 	if got, _ := needsPMIx("/usr/bin/python3", []string{"python3", "job.py"}, t.TempDir()); got {
 		t.Error("needsPMIx(python3 job.py) in a directory without it = true")
+	}
+}
+
+// The agent hands the head's DynReply status to the PMIx plugin as it is
+// (agent_dyn.go): the two wires' status classes must be one numbering.
+func TestDynStatusesMatchPMIxBridge(t *testing.T) {
+	for _, p := range [][2]int{
+		{control.DynOK, pmixbridge.StatusOK},
+		{control.DynError, pmixbridge.StatusError},
+		{control.DynNotFound, pmixbridge.StatusNotFound},
+		{control.DynNotSupported, pmixbridge.StatusNotSupported},
+		{control.DynTimeout, pmixbridge.StatusTimeout},
+		{control.DynExists, pmixbridge.StatusExists},
+	} {
+		if p[0] != p[1] {
+			t.Errorf("control's status %d is pmixbridge's %d", p[0], p[1])
+		}
 	}
 }
