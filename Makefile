@@ -3,17 +3,11 @@
 GO ?= go
 # 1 where Go finds its C compiler (as `go build` itself decides), else 0.
 CGO = $(shell command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo 1 || echo 0)
-# Go's default C flags, less the warnings about the NVML functions that
-# go-nvml wraps and NVIDIA has deprecated (some 150 lines on a cold build:
-# go-nvml's own package compiles them, which no #cgo line of gorun's
-# reaches). Harmless for gorun-pmix and the plugins.
-NVML_CFLAGS := -O2 -g -Wno-deprecated-declarations
-# urfave/cli's man and markdown generator, which gorun does not use, left
-# out: its initialisation (blackfriday's) costs 0.3-0.4 ms of every start
-# of a gorun process (head, agent, bind step). The only build flag that
-# make build adds to `go install ./cmd/...`; nothing of gorun's depends on it.
-GORUN_TAGS := urfave_cli_no_docs
-GOBUILD = $(GO) build -tags $(GORUN_TAGS)
+# `go install ./cmd/...` builds gorun and gorun-tools from the same
+# packages with the same flags as these lines: no build tag, no C flag.
+# go.mod's replace lines bring in the two modules in third_party/ that
+# make that so (docs/building.md).
+GOBUILD = $(GO) build
 
 # make install's layout (DESTDIR for staged installs, as packagers do).
 PREFIX ?= /usr/local
@@ -40,7 +34,7 @@ build: gorun gorun-tools gorun-static gorun-pmix plugins
 
 gorun:
 	@if [ "$(CGO)" = 0 ]; then echo "note: no C compiler ($$($(GO) env CC)): gorun built without cgo, so without NVML"; fi
-	CGO_ENABLED=$(CGO) CGO_CFLAGS="$(NVML_CFLAGS)" $(GOBUILD) -o gorun ./cmd/gorun
+	CGO_ENABLED=$(CGO) $(GOBUILD) -o gorun ./cmd/gorun
 
 gorun-tools:
 	CGO_ENABLED=0 $(GOBUILD) -o gorun-tools ./cmd/gorun-tools
@@ -51,7 +45,7 @@ gorun-static:
 # A program that cannot be built here is removed, so that no stale one is
 # installed or staged.
 gorun-pmix:
-	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o gorun-pmix ./plugins/pmix; \
+	@if pkg-config --exists pmix 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o gorun-pmix ./plugins/pmix; \
 	else rm -f gorun-pmix; echo "note: libpmix-dev is missing: gorun-pmix (Open MPI support) not built"; fi
 
 # The shipped plugins, into lib/gorun/plugins (gorun --plugin-dir
@@ -62,7 +56,7 @@ gorun-pmix:
 PLUGIN_DIR := lib/gorun/plugins
 plugins:
 	@mkdir -p $(PLUGIN_DIR)
-	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
+	@if pkg-config --exists libfabric 2>/dev/null; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-fabric ./plugins/fabric; \
 	else rm -f $(PLUGIN_DIR)/gorun-plugin-fabric; echo "note: libfabric-dev is missing: gorun-plugin-fabric (InfiniBand, RoCE, EFA) not built"; fi
 	@if command -v $${CC:-cc} >/dev/null 2>&1; then CGO_ENABLED=1 $(GO) build -o $(PLUGIN_DIR)/gorun-plugin-cuda ./plugins/cuda; \
 	else rm -f $(PLUGIN_DIR)/gorun-plugin-cuda; echo "note: no C compiler: gorun-plugin-cuda (NVIDIA GPUs) not built"; fi
@@ -106,6 +100,7 @@ test: check
 	$(GO) test -race -count=1 -timeout 15m ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./topology/... ./env   # the static build: NVML absent, and saying why
 	./scripts/install-check.sh
+	./scripts/third-party-check.sh
 
 check:
 	./scripts/test-deps.sh
@@ -121,7 +116,7 @@ check:
 # ranks), each saying why; tests that need a missing tool skip too.
 # `make test` runs them all, and with CI set -short skips nothing.
 test-short:
-	CGO_CFLAGS="$(NVML_CFLAGS)" $(GO) test -short ./...
+	$(GO) test -short ./...
 
 # Every fuzz test for a while, one after another (their seeds also run in
 # `make test`): go list finds the packages and go test -list their fuzz

@@ -45,7 +45,7 @@ OMPI_ARGS="--oversubscribe"
 [ "$(id -u)" = 0 ] && OMPI_ARGS="$OMPI_ARGS --allow-run-as-root"
 
 echo "building gorun..." >&2
-(cd "$ROOT" && CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun ./cmd/gorun) # as make build makes it
+(cd "$ROOT" && CGO_ENABLED=0 go build -o bench/.bin/gorun ./cmd/gorun) # as make build makes it
 GORUN=$BENCH/.bin/gorun
 
 mkdir -p "$OUT"

@@ -110,7 +110,7 @@ mkdir -p "$W/bin" "$W/peer" "$OUT"
 echo "building gorun, gorun-pmix, testhosts, slurmtest and the MPI hellos in $W..." >&2
 (
   cd "$SRC" || exit 1
-  CGO_ENABLED=0 go build -tags urfave_cli_no_docs -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o "$W/bin/gorun" ./cmd/gorun &&
+  CGO_ENABLED=0 go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o "$W/bin/gorun" ./cmd/gorun &&
     CGO_ENABLED=1 go build -o "$W/bin/gorun-pmix" ./plugins/pmix &&
     go build -o "$W/bin/testhosts" ./testhosts/cmd/testhosts &&
     go build -o "$W/bin/slurmtest" ./slurmtest/cmd/slurmtest &&

@@ -106,7 +106,7 @@ trap cleanup EXIT
 echo "building gorun, gorun-pmix, testhosts and hello in $WORK..." >&2
 (
   cd "$SRC"
-  CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o "$WORK/gorun" ./cmd/gorun # as make build makes it
+  CGO_ENABLED=0 go build -o "$WORK/gorun" ./cmd/gorun # as make build makes it
   if want ompi; then CGO_ENABLED=1 go build -o "$WORK/gorun-pmix" ./plugins/pmix; fi
   if want ssh; then go build -o "$TH" ./testhosts/cmd/testhosts; fi
   if [ -n "$MPICC_MPICH" ]; then "$MPICC_MPICH" -O1 -o "$WORK/hello" examples/mpi/hello.c; fi

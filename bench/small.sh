@@ -38,7 +38,7 @@ command -v go >/dev/null || die "needs go"
 mkdir -p "$BIN" "$OUT"
 "$MPICC" -O2 -o "$BIN/allreduce.openmpi" "$BENCH/coll/allreduce.c"
 if [ -z "${GORUNS:-}" ]; then
-  (cd "$ROOT" && CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o "$BIN/gorun" ./cmd/gorun)
+  (cd "$ROOT" && CGO_ENABLED=0 go build -o "$BIN/gorun" ./cmd/gorun)
   GORUNS="gorun=$BIN/gorun"
 fi
 for g in $GORUNS; do [ -x "${g#*=}" ] || die "$g: not an executable"; done

@@ -203,7 +203,7 @@ fi
 echo "building gorun and testhosts..." >&2
 # Static gorun (no ld.so in every agent); both under bench/.bin, which the hosts see
 # (they share the file system except /tmp, /run and /dev/shm).
-(cd "$ROOT" && CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun ./cmd/gorun && go build -o bench/.bin/testhosts ./testhosts/cmd/testhosts)
+(cd "$ROOT" && CGO_ENABLED=0 go build -o bench/.bin/gorun ./cmd/gorun && go build -o bench/.bin/testhosts ./testhosts/cmd/testhosts)
 
 OUT=${OUT:-$BENCH/results/ssh-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT" "$(dirname "$STATE")"

@@ -28,7 +28,7 @@ mkdir -p "$OUT" "$BENCH/.bin"
 echo "building..." >&2
 (
   cd "$ROOT"
-  CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun ./cmd/gorun # as make build does (without cgo)
+  CGO_ENABLED=0 go build -o bench/.bin/gorun ./cmd/gorun # as make build does (without cgo)
   CGO_ENABLED=0 go build -o bench/.bin/hello bench/startcost/hello.go
   CGO_ENABLED=0 go build -o bench/.bin/hello-goplugin bench/startcost/goplugin.go
 )

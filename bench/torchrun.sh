@@ -48,7 +48,7 @@ if ! "$PY" -c 'import torch.distributed' 2>/dev/null; then
 fi
 
 echo "building gorun..." >&2
-(cd "$ROOT" && CGO_ENABLED=0 go build -tags urfave_cli_no_docs -o bench/.bin/gorun ./cmd/gorun) # as make build does
+(cd "$ROOT" && CGO_ENABLED=0 go build -o bench/.bin/gorun ./cmd/gorun) # as make build does
 GORUN=$BENCH/.bin/gorun
 export GORUN PY
 NOOP=$BENCH/torch_noop.py

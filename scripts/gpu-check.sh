@@ -42,11 +42,11 @@ build() {
   set -e
   rm -rf "$BIN"
   mkdir -p "$BIN/bin"
-  local cg="-O2 -g -Wno-deprecated-declarations" ld="-s -w" # stripped: what travels is at most 64 MiB
-  CGO_ENABLED=1 CGO_CFLAGS="$cg" go build -ldflags "$ld" -o "$BIN/bin/gorun" ./cmd/gorun
+  local ld="-s -w" # stripped: what travels is at most 64 MiB
+  CGO_ENABLED=1 go build -ldflags "$ld" -o "$BIN/bin/gorun" ./cmd/gorun
   CGO_ENABLED=0 go build -ldflags "$ld" -o "$BIN/bin/gorun-static" ./cmd/gorun
   CGO_ENABLED=0 go build -ldflags "$ld" -o "$BIN/bin/gorun-tools" ./cmd/gorun-tools # gorun bench's ranks, gorun plugins' host
-  CGO_ENABLED=1 CGO_CFLAGS="$cg" go test -c -ldflags "$ld" -o "$BIN/bin/topology.test" ./topology
+  CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/topology.test" ./topology
   CGO_ENABLED=1 go build -ldflags "$ld" -o "$BIN/bin/gorun-plugin-cuda" ./plugins/cuda
   CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cu.test" ./plugins/cuda/cu
   CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cuda.test" ./plugins/cuda
