@@ -27,9 +27,10 @@ const shortLines = 10
 // Format prints the record for a reader: a header (the job, its command,
 // when it ran and for how long, its result and gorun's exit code, the
 // first failure), the phases with their durations, the plan, the hosts
-// (with what differs between them), the bindings, each host's
-// environment as it differs from the head's, the ranks that did not exit
-// 0 with their causes and last lines, and the hang verdict. Without
+// (with what differs between them), the skew between the hosts
+// ([FormatSkew]), the bindings, each host's environment as it differs
+// from the head's, the ranks that did not exit 0 with their causes and
+// last lines, and the hang verdict. Without
 // verbose, hosts that look alike share a row and long lists stop after
 // their first rows, saying how many more -v prints; with it, every row,
 // every line and the kernels' builds.
@@ -39,6 +40,7 @@ func (r *Record) Format(w io.Writer, verbose bool) error {
 	p.phases(r)
 	p.plan(r)
 	p.hosts(r)
+	p.skew(r)
 	p.bindings(r)
 	p.env(r)
 	p.ranks(r)
@@ -258,6 +260,16 @@ func (p *printer) hosts(r *Record) {
 			fmt.Fprintf(&p.b, "  %s: %s\n", h.Host, n)
 		}
 	}
+}
+
+// skew prints what differs between the hosts (FormatSkew), when more
+// than one host said anything about itself.
+func (p *printer) skew(r *Record) {
+	if len(slices.DeleteFunc(slices.Clone(r.Hosts), func(h HostInfo) bool { return !answered(&h) })) < 2 {
+		return
+	}
+	p.b.WriteString("\n")
+	FormatSkew(&p.b, r.Skew())
 }
 
 // answered reports whether the host said anything about itself.

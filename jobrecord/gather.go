@@ -64,6 +64,12 @@ type HostInfo struct {
 	// Env is the host's environment (the agent's, which its ranks
 	// inherit), redacted (see [Redact]), sorted.
 	Env []string `json:"env,omitempty"`
+	// Interfaces are the host's network interfaces, by name, from
+	// /sys/class/net: their MTUs, link speeds and states. The loopback
+	// and the interfaces of containers, virtual machines and tunnels
+	// (docker0, veth*, virbr0, ...: see [FindSkew]) are left out. Nil
+	// where the host did not tell (an older gorun, no /sys).
+	Interfaces []Iface `json:"interfaces,omitempty"`
 	// EnvDiff is how Env differs from the head's, when the head filled
 	// it (see [Record.DiffEnv]).
 	EnvDiff *EnvDiff `json:"env_diff,omitempty"`
@@ -95,7 +101,7 @@ var tools = []tool{
 }
 
 // Gather describes this host: version is gorun's own. It reads a few
-// files (/proc, /etc/os-release, /usr/local/cuda) and runs the programs
+// files (/proc, /etc/os-release, /usr/local/cuda, /sys/class/net) and runs the programs
 // that tell MPI's and Python's versions (mpichversion, ompi_info
 // --version, python3 --version) in parallel, each bounded by ToolTimeout
 // and by ctx; what it cannot find out is left empty, and what failed is
@@ -194,7 +200,7 @@ func runTool(ctx context.Context, path string, args []string) (string, error) {
 
 // files fills in what info's files under root tell: the kernel, the OS,
 // the memory, the NVIDIA driver, CUDA and NCCL (looked for in libPath,
-// then in the usual directories).
+// then in the usual directories), and the network interfaces.
 func files(info *HostInfo, root string, libPath []string) {
 	read := func(name string) string {
 		b, _ := os.ReadFile(filepath.Join(root, name))
@@ -211,6 +217,7 @@ func files(info *HostInfo, root string, libPath []string) {
 	info.Driver = parseNVIDIADriver(read("proc/driver/nvidia/version"))
 	info.CUDA = parseCUDAVersion(read("usr/local/cuda/version.json"), read("usr/local/cuda/version.txt"))
 	info.NCCL = findNCCL(root, libPath)
+	info.Interfaces = interfaces(root)
 }
 
 // parseOSRelease returns PRETTY_NAME of an os-release file, unquoted.

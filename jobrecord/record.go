@@ -8,9 +8,11 @@
 // The package holds the record's types, what a host reports about itself
 // ([Gather], run by each agent), the redaction of secrets from
 // environments ([Redact]) and from command lines ([RedactArgs]), the
-// difference of two environments ([Diff]), and the record's file
-// ([Record.Write], [Read]) and text ([Record.Format]). The head fills the
-// record; jobrecord starts, watches and asks nothing.
+// difference of two environments ([Diff]), what differs between hosts
+// ([FindSkew]: versions, MTUs, the variables that steer NCCL, UCX and
+// MPI), and the record's file ([Record.Write], [Read]) and text
+// ([Record.Format]). The head fills the record; jobrecord starts,
+// watches and asks nothing.
 package jobrecord
 
 import (
