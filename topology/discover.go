@@ -87,6 +87,10 @@ func nvmlGPUs(n *Node, lib NVML) ([]GPU, error) {
 		if g.CPUs.IsEmpty() {
 			g.CPUs = n.deviceCPUs(g.BusID, g.NUMA)
 		}
+		for _, l := range info.NVLinks {
+			l.RemoteBusID = NormalizeBusID(l.RemoteBusID)
+			g.NVLinkTargets = append(g.NVLinkTargets, l)
+		}
 		gpus[i] = g
 	}
 	// NVLinks: direct links count per peer; links into NVSwitches join

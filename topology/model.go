@@ -96,6 +96,10 @@ type GPU struct {
 	// NVLinks maps a peer GPU's index to the number of NVLinks between
 	// the two (direct links, or links that meet through NVSwitches).
 	NVLinks map[int]int `json:"nvlinks,omitempty"`
+	// NVLinkTargets are the GPU's active NVLinks grouped by the device at
+	// their other end (a GPU, an NVSwitch), as NVML reports them, bus IDs
+	// normalized; empty without NVML.
+	NVLinkTargets []NVLinkInfo `json:"nvlink_targets,omitempty"`
 	// P2P maps a peer GPU's index to NVML's peer-to-peer read status
 	// ("OK", "NS" not supported, ...), empty without NVML.
 	P2P map[int]string `json:"p2p,omitempty"`
@@ -142,6 +146,15 @@ type PCIDevice struct {
 	// Vendor and Device are the PCI IDs ("0x10de", "0x2330").
 	Vendor string `json:"vendor"`
 	Device string `json:"device"`
+	// SubsystemVendor and SubsystemDevice are the subsystem IDs, empty
+	// when sysfs has none.
+	SubsystemVendor string `json:"subsystem_vendor,omitempty"`
+	SubsystemDevice string `json:"subsystem_device,omitempty"`
+	// MaxLinkSpeed is the device's max_link_speed as sysfs writes it
+	// ("32.0 GT/s PCIe"), empty when unknown.
+	MaxLinkSpeed string `json:"max_link_speed,omitempty"`
+	// MaxLinkWidth is the device's max_link_width (lanes), 0 when unknown.
+	MaxLinkWidth int `json:"max_link_width,omitempty"`
 	// NUMA is the kernel's numa_node, -1 when the firmware gives none.
 	NUMA int `json:"numa"`
 	// LocalCPUs is the device's local_cpulist.

@@ -36,7 +36,8 @@ func Record(root, dir string, lib NVML) (int, error) {
 	devs, _ := filepath.Glob(filepath.Join(root, pciDevicesPath, "*"))
 	for _, d := range devs {
 		real := r.real(d)
-		for _, f := range []string{"class", "vendor", "device", "numa_node", "local_cpulist"} {
+		for _, f := range []string{"class", "vendor", "device", "numa_node", "local_cpulist",
+			"subsystem_vendor", "subsystem_device", "max_link_speed", "max_link_width"} {
 			r.copy(real + "/" + f)
 		}
 		r.link(d)

@@ -270,6 +270,12 @@ func readPCI(fsys fs.FS, n *Node) error {
 			return fmt.Errorf("topology: PCI device %s: %w", id, err)
 		}
 		d.Device, _ = readTrim(fsys, dir+"/device")
+		d.SubsystemVendor, _ = readTrim(fsys, dir+"/subsystem_vendor")
+		d.SubsystemDevice, _ = readTrim(fsys, dir+"/subsystem_device")
+		d.MaxLinkSpeed, _ = readTrim(fsys, dir+"/max_link_speed")
+		if v, err := readInt(fsys, dir+"/max_link_width"); err == nil && v > 0 {
+			d.MaxLinkWidth = v
+		}
 		if v, err := readInt(fsys, dir+"/numa_node"); err == nil {
 			d.NUMA = v
 		}

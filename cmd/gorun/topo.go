@@ -23,9 +23,10 @@ import (
 func topoCommand(stdout io.Writer) *cli.Command {
 	return &cli.Command{
 		Name:  "topo",
-		Usage: "print this node's GPU/NIC/CPU topology matrix (as nvidia-smi topo -m), the bindings N ranks would get (--plan N), or record it (--record DIR)",
+		Usage: "print this node's GPU/NIC/CPU topology matrix (as nvidia-smi topo -m), the bindings N ranks would get (--plan N), an NCCL topology file (--nccl-topo FILE), or record it (--record DIR)",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the node model as JSON"},
+			&cli.StringFlag{Name: "nccl-topo", Usage: "write the node as an NCCL topology file (for NCCL_TOPO_FILE) to `FILE` (- for stdout)"},
 			&cli.StringFlag{Name: "machine", Usage: "read a machine recorded with --record from `DIR` instead of this one"},
 			&cli.StringFlag{Name: "record", Usage: "record this machine (the sysfs files gorun reads, and NVML's answers) into `DIR`, for --machine"},
 			&cli.IntFlag{Name: "plan", Usage: "print the bindings `N` ranks would get on the node, and why"},
@@ -63,6 +64,9 @@ func topoCommand(stdout io.Writer) *cli.Command {
 			if r := c.Int("plan"); r > 0 {
 				return printPlan(c, stdout, n, root, r)
 			}
+			if f := c.String("nccl-topo"); f != "" {
+				return writeNCCLTopo(stdout, n, f)
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
@@ -71,6 +75,29 @@ func topoCommand(stdout io.Writer) *cli.Command {
 			return topology.FormatMatrix(stdout, n)
 		},
 	}
+}
+
+// writeNCCLTopo writes n as an NCCL topology file to file, or to stdout
+// for "-".
+func writeNCCLTopo(stdout io.Writer, n *topology.Node, file string) error {
+	if file == "-" {
+		return n.WriteNCCLTopo(stdout)
+	}
+	var b strings.Builder
+	if err := n.WriteNCCLTopo(&b); err != nil {
+		return errExit{code: 1, err: err}
+	}
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		return errExit{code: 1, err: fmt.Errorf("topo --nccl-topo: %w", err)}
+	}
+	gpus := 0
+	for _, g := range n.GPUs {
+		if g.Vendor == topology.VendorNVIDIA {
+			gpus++
+		}
+	}
+	fmt.Fprintf(stdout, "wrote the NCCL topology of %d NVIDIA GPU(s) and %d NIC(s) to %s; give it to NCCL with NCCL_TOPO_FILE=%s\n", gpus, len(n.NICs), file, file)
+	return nil
 }
 
 // printPlan prints the bindings, and with --env the variables, that r

@@ -32,9 +32,13 @@ node() {
 
 # pci PATH CLASS VENDOR DEVICE NUMA: PATH is under sys/devices, e.g.
 # pci0000:15/0000:15:01.0/0000:16:00.0; its last component is the bus ID.
+# When LINK is set ("SPEED/WIDTH", e.g. "32.0 GT/s PCIe/16") the device
+# also gets max_link_speed and max_link_width.
+LINK=
 pci() {
   local bdf=${1##*/} d=sys/devices/$1
   put $d/class "$2"; put $d/vendor "$3"; put $d/device "$4"; put $d/numa_node "$5"
+  if [ -n "$LINK" ]; then put $d/max_link_speed "${LINK%/*}"; put $d/max_link_width "${LINK##*/}"; fi
   mkdir -p "$R/sys/bus/pci/devices"
   ln -sfn "../../../devices/$1" "$R/sys/bus/pci/devices/$bdf"
 }
@@ -78,6 +82,11 @@ cpus() {
 # Broadcom PCIe switch with one HCA under its own root port and root
 # complex; GPUs and HCAs 0-3 on socket 0, 4-7 on socket 1.
 R=dgx-h100; rm -rf "$R/sys"
+# PCIe links: H100 SXM5, ConnectX-7 and Sapphire Rapids root ports are
+# PCIe Gen5 (documented: NVIDIA's H100 and ConnectX-7 product briefs,
+# Intel's 4th-gen Xeon brief); x16 everywhere, and the PEX890xx switch
+# ports at Gen5 x16, guessed.
+LINK="32.0 GT/s PCIe/16"
 cpus 2 56 2
 node 0 0-55,112-167 1056350524
 node 1 56-111,168-223 1056903500
@@ -98,12 +107,16 @@ for hb in 15:16:17:18:1b 3d:3e:3f:40:43 4c:4d:4e:4f:52 5b:5c:5d:5e:61 97:98:99:9
   i=$((i + 1))
 done
 net lo virtual -1 unknown
+LINK=
 
 # ---- pcie-4gpu: 2 x EPYC 72F3 (8 cores, 2 threads), NPS1, 4 A100 PCIe
 # without NVLink bridges, one dual-port ConnectX-6 Dx (RoCE). The
 # firmware gives socket 1's root complexes the low bus numbers, so GPUs
 # 0 and 1 (bus order, as NVML numbers them) are on NUMA node 1.
 R=pcie-4gpu; rm -rf "$R/sys"
+# PCIe links: A100 PCIe, ConnectX-6 Dx and EPYC 7003 root ports are PCIe
+# Gen4 (documented: the product briefs); x16, guessed.
+LINK="16.0 GT/s PCIe/16"
 cpus 2 8 2
 node 0 0-7,16-23 263921280
 node 1 8-15,24-31 264201660
@@ -124,6 +137,7 @@ ib mlx5_0 pci0000:80/0000:80:03.1/0000:82:00.0 "4: ACTIVE" "100 Gb/sec (2X HDR)"
 ib mlx5_1 pci0000:80/0000:80:03.1/0000:82:00.1 "1: DOWN" "40 Gb/sec (4X QDR)"
 net lo virtual -1 unknown
 net docker0 virtual -1 down
+LINK=
 
 # ---- cpu-2s: 2 x Xeon Gold 5222 (4 cores, 2 threads; sparse core IDs),
 # no GPU (an ASPEED BMC display), one Intel X710 10GbE port.
