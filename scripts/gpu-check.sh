@@ -31,7 +31,11 @@
 #      processes), gorun plugins test cuda (the device memory contract in
 #      two plugin processes), a 2-rank gorun bench allreduce --device cuda
 #      (two processes on one GPU where there is one), and device-to-device
-#      copies of 256 MiB through the plugin beside cuMemcpyDtoD.
+#      copies of 256 MiB through the plugin beside cuMemcpyDtoD;
+#   8. gorun check --net's measurement inside the node (netcheck/nodecheck,
+#      a few seconds): copies between every two GPUs, with the link class
+#      from NVML, and between the host and each GPU, through the CUDA
+#      plugin, and the RDMA ports; the report in nodecheck.txt and .json.
 # On a machine without GPUs it runs what it can and says so. Exit status:
 # 0 when every check passed, 1 otherwise.
 set -uo pipefail
@@ -50,6 +54,7 @@ build() {
   CGO_ENABLED=1 go build -ldflags "$ld" -o "$BIN/bin/gorun-plugin-cuda" ./plugins/cuda
   CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cu.test" ./plugins/cuda/cu
   CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/cuda.test" ./plugins/cuda
+  CGO_ENABLED=1 go test -c -ldflags "$ld" -o "$BIN/bin/nodecheck.test" ./netcheck/nodecheck
   # One compressed archive: the binaries are about 75 MB, the archive a
   # third of that; run unpacks it.
   tar -C "$BIN" -czf "$BIN/bin.tar.gz" bin
@@ -218,6 +223,19 @@ if [ "$GPUS" -gt 0 ] || [ -n "${GPU_CHECK_CUDA_DRIVER:-}" ]; then
   CU_TEST_REAL=1 GORUN_CUDA_TEST_PLUGIN="$BIN/gorun-plugin-cuda" "$BIN/cuda.test" -test.run '^$' -test.bench Copy -test.benchtime 20x | grep Benchmark | sed 's/^/through the plugin: /'
 else
   echo "no GPU: the CUDA plugin's checks need one (CI runs them on the fake driver)"
+fi
+
+step "8. inside the node, as gorun check --net measures it"
+if [ "$GPUS" -gt 0 ] || [ -n "${GPU_CHECK_CUDA_DRIVER:-}" ]; then
+  tmp=$(mktemp -d)
+  if NODECHECK_REAL=1 NODECHECK_OUT=$tmp GORUN_CUDA_TEST_PLUGIN="$BIN/gorun-plugin-cuda" \
+    timeout 120 "$BIN/nodecheck.test" -test.v -test.run '^TestRealGPUs$' 2>&1 | tail -40; then
+    pass "the in-node measurement through the CUDA plugin"
+  else fail "the in-node measurement through the CUDA plugin"; fi
+  cp "$tmp/report.txt" "$OUT/nodecheck.txt" 2>/dev/null; cp "$tmp/report.json" "$OUT/nodecheck.json" 2>/dev/null
+  rm -rf "$tmp"
+else
+  echo "no GPU: the in-node GPU copies need one (CI runs them on the fake driver)"
 fi
 
 step "summary"

@@ -21,6 +21,13 @@
 // FAKECUDA_FAIL_ALLOC=N makes the N-th cuMemAlloc (from 1) fail with
 // CUDA_ERROR_OUT_OF_MEMORY.
 //
+// FAKECUDA_SLOW makes some copies slow, as a GPU in a slow slot or an
+// NVLink down would: a comma-separated list of "A-B" (copies between the
+// memory of GPUs A and B, either way) and "A" (copies between the host and
+// GPU A, either way), each taking FAKECUDA_SLOW_FACTOR (default 10) times
+// as long as its memcpy did. An allocation belongs to the GPU whose
+// context made it; a mapped handle to the GPU of the allocation it names.
+//
 // Build: cc -shared -fPIC -O2 -o libfakecuda.so fakecuda.c
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../cu/cuabi.h"
@@ -56,6 +64,7 @@ struct alloc {
 	size_t size;
 	int fd;
 	int opened; // mapped from another process's handle
+	int dev;    // the GPU whose memory it is
 };
 
 struct module {
@@ -69,6 +78,48 @@ static int inited, ndev = 2, nalloc;
 static size_t devmem = 1ULL << 30;
 static struct { int ctx; } ctxs[16];
 static __thread CUcontext current;
+
+// The copies FAKECUDA_SLOW slows: slowpair[a][b] for copies between GPUs
+// a and b, slowhost[a] for copies between the host and GPU a.
+static unsigned char slowpair[16][16], slowhost[16];
+static double slowfactor = 10;
+
+static void parse_slow(void) {
+	const char *v = getenv("FAKECUDA_SLOW");
+	for (const char *s = v; s && *s;) {
+		int a, b;
+		if (sscanf(s, "%d-%d", &a, &b) == 2 && a >= 0 && a < 16 && b >= 0 && b < 16)
+			slowpair[a][b] = slowpair[b][a] = 1;
+		else if (sscanf(s, "%d", &a) == 1 && a >= 0 && a < 16)
+			slowhost[a] = 1;
+		s = strchr(s, ',');
+		s = s ? s + 1 : NULL;
+	}
+	v = getenv("FAKECUDA_SLOW_FACTOR");
+	if (v && atof(v) >= 1)
+		slowfactor = atof(v);
+}
+
+static double now(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+// copy is memmove, made FAKECUDA_SLOW_FACTOR times as long when slow.
+static void copy(void *dst, const void *src, size_t n, int slow) {
+	double t0 = now();
+	memmove(dst, src, n);
+	if (!slow)
+		return;
+	double wait = (now() - t0) * (slowfactor - 1);
+	struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+// curdev is the GPU of the current context.
+static int curdev(void) { return (int)((char *)current - (char *)&ctxs[0]) / (int)sizeof ctxs[0]; }
 
 static struct alloc *find(uintptr_t p) {
 	for (struct alloc *a = allocs; a; a = a->next)
@@ -85,6 +136,7 @@ CUresult cuInit(unsigned flags) {
 	v = getenv("FAKECUDA_MEMORY");
 	if (v && atoll(v) > 0)
 		devmem = (size_t)atoll(v);
+	parse_slow();
 	inited = 1;
 	return CUDA_SUCCESS;
 }
@@ -220,7 +272,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	struct alloc *a = calloc(1, sizeof *a);
-	a->addr = (uintptr_t)m, a->size = n, a->fd = fd;
+	a->addr = (uintptr_t)m, a->size = n, a->fd = fd, a->dev = curdev();
 	pthread_mutex_lock(&mu);
 	a->next = allocs, allocs = a;
 	pthread_mutex_unlock(&mu);
@@ -250,39 +302,46 @@ static CUresult drop(CUdeviceptr p, int opened) {
 
 CUresult cuMemFree_v2(CUdeviceptr p) { return current ? drop(p, 0) : CUDA_ERROR_INVALID_CONTEXT; }
 
-// span checks that [p, p+n) lies inside one allocation.
-static int span(CUdeviceptr p, size_t n) {
+// devof returns the GPU of the allocation holding [p, p+n), or -1 when
+// no allocation holds it.
+static int devof(CUdeviceptr p, size_t n) {
 	pthread_mutex_lock(&mu);
 	struct alloc *a = find((uintptr_t)p);
-	int ok = a && p + n <= a->addr + a->size;
+	int dev = a && p + n <= a->addr + a->size ? a->dev : -1;
 	pthread_mutex_unlock(&mu);
-	return ok;
+	return dev;
 }
+
+// span checks that [p, p+n) lies inside one allocation.
+static int span(CUdeviceptr p, size_t n) { return devof(p, n) >= 0; }
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!span(dst, n))
+	int d = devof(dst, n);
+	if (d < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	memcpy((void *)(uintptr_t)dst, src, n);
+	copy((void *)(uintptr_t)dst, src, n, slowhost[d]);
 	return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) {
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!span(src, n))
+	int d = devof(src, n);
+	if (d < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	memcpy(dst, (void *)(uintptr_t)src, n);
+	copy(dst, (void *)(uintptr_t)src, n, slowhost[d]);
 	return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
 	if (!current)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	if (!span(src, n) || !span(dst, n))
+	int s = devof(src, n), d = devof(dst, n);
+	if (s < 0 || d < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n);
+	copy((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n, slowpair[s][d]);
 	return CUDA_SUCCESS;
 }
 
@@ -292,6 +351,7 @@ struct handle {
 	uint64_t fd;
 	uint64_t size;
 	uint64_t offset;
+	uint64_t dev;
 };
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
@@ -299,7 +359,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
 		return CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_lock(&mu);
 	struct alloc *a = find((uintptr_t)p);
-	struct handle x = {MAGIC, (uint64_t)getpid(), a ? (uint64_t)a->fd : 0, a ? a->size : 0, a ? p - a->addr : 0};
+	struct handle x = {MAGIC, (uint64_t)getpid(), a ? (uint64_t)a->fd : 0, a ? a->size : 0, a ? p - a->addr : 0, a ? (uint64_t)a->dev : 0};
 	int ok = a && !a->opened;
 	pthread_mutex_unlock(&mu);
 	if (!ok)
@@ -329,7 +389,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned flags)
 	if (m == MAP_FAILED)
 		return CUDA_ERROR_INVALID_HANDLE;
 	struct alloc *a = calloc(1, sizeof *a);
-	a->addr = (uintptr_t)m, a->size = x.size, a->fd = -1, a->opened = 1;
+	a->addr = (uintptr_t)m, a->size = x.size, a->fd = -1, a->opened = 1, a->dev = x.dev < 16 ? (int)x.dev : 0;
 	pthread_mutex_lock(&mu);
 	a->next = allocs, allocs = a;
 	pthread_mutex_unlock(&mu);
