@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/gorun/gorun/internal/lines"
 )
 
 // Collector is the writer a benchmark job's standard output goes to, on
@@ -18,7 +20,7 @@ type Collector struct {
 	header  Header
 	table   *Table
 	pass    io.Writer
-	partial []byte
+	buf     lines.Buffer
 	results []Result
 	bad     []string
 }
@@ -42,18 +44,7 @@ func (c *Collector) Header() Header {
 func (c *Collector) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.partial = append(c.partial, p...)
-	for {
-		i := bytes.IndexByte(c.partial, '\n')
-		if i < 0 {
-			break
-		}
-		c.line(c.partial[:i+1])
-		c.partial = c.partial[i+1:]
-	}
-	if len(c.partial) == 0 {
-		c.partial = nil
-	}
+	c.buf.Feed(p, c.line)
 	return len(p), nil
 }
 
@@ -92,10 +83,7 @@ func (c *Collector) line(l []byte) {
 func (c *Collector) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.partial) > 0 {
-		c.line(c.partial)
-		c.partial = nil
-	}
+	c.buf.Flush(c.line)
 	var err error
 	if c.table != nil {
 		err = c.table.Close()

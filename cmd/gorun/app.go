@@ -163,9 +163,13 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			},
 			{
 				Name:      "check",
-				Usage:     "preflight: reach every host, report latency, gorun version, CPUs, GPUs, the program's path and which hosts reach each other",
+				Usage:     "preflight: reach every host, report latency, gorun version, CPUs, GPUs, the program's path and which hosts reach each other; with --net, measure the links between them",
 				ArgsUsage: "[PROGRAM]",
+				Flags:     checkFlags(),
 				Action: func(c *cli.Context) error {
+					if c.Bool("net") {
+						return runCheckNet(c, stdout, stderr)
+					}
 					return runCheck(c, stdout)
 				},
 			},

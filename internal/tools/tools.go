@@ -6,6 +6,7 @@
 // Its commands:
 //
 //	gorun-tools bench-rank                  a rank of `gorun bench`, which gorun launches as the job's program
+//	gorun-tools net-rank                    a rank of `gorun check --net`, one per host, likewise
 //	gorun-tools thresholds [SPEC]           `gorun bench --print-thresholds`
 //	gorun-tools plugins list|test ...       `gorun plugins`, which gorun hands over whole
 //	gorun-tools preflight [--plugin-dir DIR]... PLUGIN
@@ -28,6 +29,8 @@ import (
 	"github.com/gorun/gorun/collbench"
 	"github.com/gorun/gorun/collbench/benchrank"
 	"github.com/gorun/gorun/collectives"
+	"github.com/gorun/gorun/netcheck"
+	"github.com/gorun/gorun/netcheck/netrank"
 	"github.com/gorun/gorun/plugins/plugintest"
 )
 
@@ -45,6 +48,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 1 && args[1] == collbench.RankCommand {
 		return benchrank.Main()
+	}
+	if len(args) > 1 && args[1] == netcheck.RankCommand {
+		return netrank.Main()
 	}
 	err := newApp(stdout, stderr).Run(args)
 	if err == nil {
