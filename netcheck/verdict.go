@@ -1,6 +1,7 @@
 package netcheck
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -37,7 +38,7 @@ func stats(a Analysis) map[string]*hostStat {
 func verdict(a Analysis) (string, []string) {
 	med := FormatRate(a.Median)
 	if len(a.Slow) == 0 {
-		lo := slices.MinFunc(a.Links, func(x, y Link) int { return cmpFloat(x.Gbps, y.Gbps) })
+		lo := slices.MinFunc(a.Links, func(x, y Link) int { return cmp.Compare(x.Gbps, y.Gbps) })
 		return fmt.Sprintf("no slow link: %d links, median %s Gbit/s, the slowest %s->%s at %s", len(a.Links), med, lo.From, lo.To, FormatRate(lo.Gbps)), nil
 	}
 	if nearlyAll(len(a.Slow), len(a.Links)) {
@@ -133,14 +134,4 @@ func expectNote(expect float64) string {
 		return ""
 	}
 	return ", expected " + FormatRate(expect)
-}
-
-func cmpFloat(x, y float64) int {
-	switch {
-	case x < y:
-		return -1
-	case x > y:
-		return 1
-	}
-	return 0
 }
