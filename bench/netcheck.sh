@@ -143,7 +143,7 @@ trap cleanup EXIT
 started=1
 "$TH" --state "$STATE" up "$BIG" >&2
 eval "$("$TH" --state "$STATE" env)"
-export GORUN_TESTHOSTS_STATE
+export GORUN_TESTHOSTS_STATE TESTHOSTS_SSH_CONFIG TESTHOSTS_SUBNET
 [[ "$TESTHOSTS_SUBNET" =~ ^10\.213\.[0-9]+\.0/24$ ]] || { echo "netcheck.sh: unexpected subnet $TESTHOSTS_SUBNET" >&2; exit 1; }
 inhead() { "$TH" --state "$STATE" head "$BENCH/netcheck.sh" --in-head "$@"; }
 flagged() { # tag: the number of slow links in gorun's JSON, and the verdict

@@ -33,7 +33,7 @@ const (
 	DefaultRepeats    = 3
 	DefaultChunkBytes = 256 << 10
 	DefaultMaxBytes   = 4 << 30
-	DefaultPings      = 20
+	DefaultPings      = 10
 	DefaultWindow     = 4
 	DefaultNodeBudget = 5 * time.Second
 	DefaultRetests    = 2

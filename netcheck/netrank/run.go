@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/gorun/gorun/collectives"
@@ -117,7 +118,9 @@ func links(all []float64, names []string) []netcheck.Link {
 }
 
 // slowPairs returns the pairs, as ranks, of the links that the head's
-// analysis would flag.
+// analysis would flag, less those of a host it blames: a host whose links
+// are nearly all slow is no noise that a second look would clear, and
+// retesting its links would take a round each.
 func slowPairs(all []float64, names []string, cfg netcheck.Config) [][2]int {
 	a := netcheck.Analyze(links(all, names), names, cfg.Expect, cfg.Fraction)
 	rank := map[string]int{}
@@ -127,6 +130,9 @@ func slowPairs(all []float64, names []string, cfg netcheck.Config) [][2]int {
 	seen := map[[2]int]bool{}
 	var out [][2]int
 	for _, s := range a.Slow {
+		if slices.Contains(a.Suspects, s.From) || slices.Contains(a.Suspects, s.To) {
+			continue
+		}
 		x, y := rank[s.From], rank[s.To]
 		p := [2]int{min(x, y), max(x, y)}
 		if !seen[p] {

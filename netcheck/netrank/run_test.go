@@ -124,3 +124,29 @@ func TestLinksAndSlowPairs(t *testing.T) {
 		t.Errorf("slow pairs %v, want %v", got, want)
 	}
 }
+
+// A host whose links are nearly all slow is blamed, not retested: its
+// pairs would take a round each and clear nothing; a lone slow link
+// elsewhere still is.
+func TestSlowPairsSkipsBlamedHost(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	n := len(names)
+	all := make([]float64, 2*n*n)
+	for i := range n {
+		for j := range n {
+			if i != j {
+				all[i*2*n+j] = 10
+			}
+		}
+	}
+	for j := range n { // c is slow both ways
+		if j != 2 {
+			all[2*2*n+j], all[j*2*n+2] = 0.2, 0.2
+		}
+	}
+	all[0*2*n+4] = 1 // and a->e alone
+	got := slowPairs(all, names, netcheck.Config{}.WithDefaults())
+	if want := [][2]int{{0, 4}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("slow pairs %v, want %v (c's pairs left out)", got, want)
+	}
+}
