@@ -395,6 +395,10 @@ var when = map[string][]rewrite{
 	// Bindings on this machine: its CPUs and NICs.
 	"--report-bindings": {
 		{regexp.MustCompile(`\bCPUs [0-9,-]+`), "CPUs CPULIST"},
+		// Whether the machine has a NIC that is up (a container's eth0
+		// is a veth, no NIC): the rank's NIC, and the why's last clause.
+		{regexp.MustCompile(`(NUMA \d+) NIC [A-Za-z0-9_.-]+$`), "$1"},
+		{regexp.MustCompile(`; (NIC [A-Za-z0-9_.-]+ is on NUMA \d+|no NIC is up)$`), "; NIC PLACEMENT"},
 		{regexp.MustCompile(`\bNIC [A-Za-z0-9_.-]+`), "NIC NICNAME"},
 		{regexp.MustCompile(`^Cpus_allowed_list: [0-9,-]+$`), "Cpus_allowed_list: CPULIST"},
 	},
