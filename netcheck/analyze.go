@@ -29,8 +29,9 @@ type Analysis struct {
 	// Links are the measured links.
 	Links []Link
 	// Median is the cluster's median rate in Gbit/s: the median, over
-	// the hosts, of each host's upper-quartile link rate (its links both
-	// ways), so that one slow host among few does not drag it down.
+	// the hosts, of each host's median link rate (its links both ways;
+	// with three hosts, its upper quartile), so that one slow host does
+	// not drag it down.
 	Median float64
 	// Expect is the expected rate (--expect), 0 for none.
 	Expect float64
@@ -85,9 +86,17 @@ func Analyze(links []Link, hosts []string, expect, fraction float64) Analysis {
 	return a
 }
 
-// reference is the median over hosts of each host's upper-quartile link
-// rate.
+// reference is the median over hosts of each host's median link rate:
+// one slow host's links are 2 of each other host's 2(n-1), under its
+// median from four hosts on. With three, they are half of them, so each
+// host's upper quartile stands in. (The upper quartile everywhere made
+// the reference the fast tail of a noisy cluster, and its ordinary links
+// slow against it.)
 func reference(links []Link, hosts []string) float64 {
+	q := 0.5
+	if len(hosts) <= 3 {
+		q = 0.75
+	}
 	var per []float64
 	for _, h := range hosts {
 		var rs []float64
@@ -97,7 +106,7 @@ func reference(links []Link, hosts []string) float64 {
 			}
 		}
 		if len(rs) > 0 {
-			per = append(per, quantile(rs, 0.75))
+			per = append(per, quantile(rs, q))
 		}
 	}
 	return quantile(per, 0.5)
