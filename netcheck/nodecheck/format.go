@@ -11,17 +11,31 @@ import (
 // matrix (rows copy to columns), the host copies, the RDMA ports, the
 // flags and the note. A host with nothing measured is its note alone.
 func Format(w io.Writer, rs []Report) {
-	for i, r := range rs {
-		if i > 0 {
-			fmt.Fprintln(w)
-		}
-		if len(r.Pairs) == 0 && len(r.HostCopies) == 0 && len(r.NICs) == 0 {
-			note := r.Note
-			if note == "" {
-				note = r.Host + ": nothing measured inside"
-			}
-			fmt.Fprintln(w, note)
+	// Hosts with nothing measured and the same reason share one line
+	// ("h1, h2: no GPUs, no RDMA NICs: nothing measured inside"), first.
+	var why []string
+	hosts := map[string][]string{}
+	var measured []Report
+	for _, r := range rs {
+		if len(r.Pairs) > 0 || len(r.HostCopies) > 0 || len(r.NICs) > 0 {
+			measured = append(measured, r)
 			continue
+		}
+		reason := strings.TrimPrefix(r.Note, r.Host+": ")
+		if reason == "" {
+			reason = "nothing measured inside"
+		}
+		if hosts[reason] == nil {
+			why = append(why, reason)
+		}
+		hosts[reason] = append(hosts[reason], r.Host)
+	}
+	for _, reason := range why {
+		fmt.Fprintf(w, "%s: %s\n", strings.Join(hosts[reason], ", "), reason)
+	}
+	for i, r := range measured {
+		if i > 0 || len(why) > 0 {
+			fmt.Fprintln(w)
 		}
 		gpus := "no GPUs"
 		if r.GPUs > 0 {

@@ -120,3 +120,21 @@ func TestMeasureHere(t *testing.T) {
 		t.Errorf("report %+v", r)
 	}
 }
+
+// Hosts with nothing measured for the same reason share one line, before
+// the hosts that have a report; another reason is a line of its own.
+func TestFormatGroupsNothingMeasured(t *testing.T) {
+	none := func(h string) Report {
+		return Report{Host: h, Note: h + ": no GPUs, no RDMA NICs: nothing measured inside"}
+	}
+	rs := []Report{none("h1"), none("h2"),
+		{Host: "h3", NICs: []NICPort{{Name: "mlx5_0", Port: 1, State: "ACTIVE", Rate: "100 Gb/sec (4X EDR)", RateGbps: 100}}},
+		none("h4"), {Host: "h5", Note: "h5: the CUDA plugin did not start: no driver"}}
+	var out bytes.Buffer
+	Format(&out, rs)
+	lines := strings.Split(out.String(), "\n")
+	want := []string{"h1, h2, h4: no GPUs, no RDMA NICs: nothing measured inside", "h5: the CUDA plugin did not start: no driver", "", "h3: no GPUs, 1 RDMA ports"}
+	if len(lines) < len(want) || strings.Join(lines[:len(want)], "\n") != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant it to start:\n%s", out.String(), strings.Join(want, "\n"))
+	}
+}
