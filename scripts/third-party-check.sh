@@ -28,12 +28,15 @@ need() { # module: the version required, which a replace line must name
   echo "$v"
 }
 updir() { # module@version: its upstream tree, from the module proxy
-  (cd "$W" && go mod download -json "$1") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+  local out
+  out=$(cd "$W" && go mod download -json "$1" 2>&1) ||
+    fail "go mod download $1 (the upstream to compare with; it needs the Go module proxy once): $(echo "$out" | sed -n 's/^\t"Error": //p' | head -1)"
+  echo "$out" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
 }
 
 # go-nvml: upstream's files, chosen as third_party/go-nvml was, patched.
 nv=$(need github.com/NVIDIA/go-nvml)
-up=$(updir "github.com/NVIDIA/go-nvml@$nv")
+up=$(updir "github.com/NVIDIA/go-nvml@$nv") || exit 1
 [ -d "$up" ] || fail "go mod download github.com/NVIDIA/go-nvml@$nv gave no tree"
 want=$W/go-nvml
 mkdir -p "$want/pkg"
@@ -51,7 +54,7 @@ $(head -40 "$W/diff")"
 
 # go-md2man: the stand-in keeps upstream's signature of what urfave/cli calls.
 md=$(need github.com/cpuguy83/go-md2man/v2)
-up=$(updir "github.com/cpuguy83/go-md2man/v2@$md")
+up=$(updir "github.com/cpuguy83/go-md2man/v2@$md") || exit 1
 sig='func Render(doc []byte) []byte'
 grep -qF "$sig" "$up/md2man/md2man.go" || fail "go-md2man $md has no '$sig'"
 grep -qF "$sig" third_party/go-md2man/md2man/md2man.go || fail "third_party/go-md2man lacks '$sig'"
