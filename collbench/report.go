@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/svgdoc"
 )
 
 // Result is one message size's measurement, one row of nccl-tests' table.
@@ -658,12 +660,7 @@ func niceStep(max float64, n int) (float64, int) {
 func WriteSVG(w io.Writer, h Header, rs []Result) error {
 	bw := bufio.NewWriter(w)
 	title := xmlText(svgTitle(h))
-	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">
-<title>%s</title>
-<rect x="0" y="0" width="%d" height="%d" fill="white"/>
-<text class="title" x="%d" y="28" text-anchor="middle" font-size="16">%s</text>
-`, svgWidth, svgHeight, svgWidth, svgHeight, title, svgWidth, svgHeight, svgWidth/2, title)
+	svgdoc.Begin(bw, svgWidth, svgHeight, title)
 
 	series := seriesOf(rs)
 	if len(series) == 0 {

@@ -153,6 +153,10 @@ func validName(s string) bool {
 	return true
 }
 
+// Hostname is the variable that tells every rank the name of its host in
+// the plan (gorun's host list), which may differ from the kernel's name.
+const Hostname = "GORUN_HOSTNAME"
+
 // CollIface is the variable through which gorun's --iface reaches the TCP
 // transport of Go ranks' collectives (package collectives reads it).
 const CollIface = "GORUN_COLL_IFACE"
@@ -368,7 +372,7 @@ func Vars(r Rank) []string {
 		"GORUN_LOCAL_WORLD_SIZE=" + itoa(r.LocalWorldSize),
 		"GORUN_NODE_RANK=" + itoa(r.NodeRank),
 		"GORUN_NODE_COUNT=" + itoa(r.NodeCount),
-		"GORUN_HOSTNAME=" + r.Host,
+		Hostname + "=" + r.Host,
 		"GORUN_RESTART_COUNT=" + itoa(r.RestartCount),
 	}
 	if r.AgentSocket != "" {

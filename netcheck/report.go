@@ -2,6 +2,7 @@ package netcheck
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -11,6 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/gorun/gorun/internal/svgdoc"
+	"github.com/gorun/gorun/jobrecord"
 )
 
 // Report is the object `gorun check --net --json` prints.
@@ -19,20 +24,19 @@ type Report struct {
 	Slow  []Slow `json:"slow"`
 	// Hosts are the hosts' own reports (package nodecheck), as they came.
 	Hosts []json.RawMessage `json:"hosts"`
-	// Skew is what differs between the hosts (package jobrecord's
-	// SkewItems).
-	Skew       any     `json:"skew"`
-	Verdict    string  `json:"verdict"`
-	MedianGbps float64 `json:"median_gbps"`
-	ExpectGbps float64 `json:"expected_gbps,omitempty"`
-	Transport  string  `json:"transport,omitempty"`
+	// Skew is what differs between the hosts.
+	Skew       []jobrecord.SkewItem `json:"skew"`
+	Verdict    string               `json:"verdict"`
+	MedianGbps float64              `json:"median_gbps"`
+	ExpectGbps float64              `json:"expected_gbps,omitempty"`
+	Transport  string               `json:"transport,omitempty"`
 	// ElapsedS is the time to the verdict, seconds, the agents' start
 	// included.
 	ElapsedS float64 `json:"elapsed_s,omitempty"`
 }
 
 // NewReport returns a's report, with empty lists rather than null.
-func NewReport(a Analysis, info Info, hosts []json.RawMessage, skew any) Report {
+func NewReport(a Analysis, info Info, hosts []json.RawMessage, skew []jobrecord.SkewItem) Report {
 	r := Report{Links: a.Links, Slow: a.Slow, Hosts: hosts, Skew: skew, Verdict: a.Verdict,
 		MedianGbps: a.Median, ExpectGbps: a.Expect, Transport: info.Transport}
 	if r.Links == nil {
@@ -45,9 +49,27 @@ func NewReport(a Analysis, info Info, hosts []json.RawMessage, skew any) Report 
 		r.Hosts = []json.RawMessage{}
 	}
 	if r.Skew == nil {
-		r.Skew = []any{}
+		r.Skew = []jobrecord.SkewItem{}
 	}
 	return r
+}
+
+// WriteText writes the check's result for people: the matrix, the hosts'
+// own reports (nodeText, as rank 0 formatted them), what differs between
+// the hosts, and how long the check took.
+func WriteText(w io.Writer, a Analysis, info Info, nodeText string, skew []jobrecord.SkewItem, took time.Duration) error {
+	if err := WriteMatrix(w, a); err != nil {
+		return err
+	}
+	if nodeText != "" {
+		fmt.Fprintf(w, "\nInside each host:\n%s", nodeText)
+	}
+	if len(skew) > 0 {
+		fmt.Fprintf(w, "\nWhat differs between the hosts:\n")
+		jobrecord.FormatSkew(w, skew)
+	}
+	_, err := fmt.Fprintf(w, "\n%d hosts, %d rounds of pairs over %s, in %.1f s\n", len(a.Hosts), info.Rounds, cmp.Or(info.Transport, "no transport"), took.Seconds())
+	return err
 }
 
 // WriteJSON writes r as one indented JSON object.
@@ -157,12 +179,7 @@ func WriteSVG(w io.Writer, a Analysis) error {
 	n := len(a.Hosts)
 	width, height := svgMargin+n*svgCell+40, svgTop+svgMargin+n*svgCell+60
 	title := xmlText(fmt.Sprintf("gorun check --net: Gbit/s from row to column (median %s)", FormatRate(a.Median)))
-	fmt.Fprintf(bw, `<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" version="1.1" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">
-<title>%s</title>
-<rect x="0" y="0" width="%d" height="%d" fill="white"/>
-<text class="title" x="%d" y="28" text-anchor="middle" font-size="16">%s</text>
-`, width, height, width, height, title, width, height, width/2, title)
+	svgdoc.Begin(bw, width, height, title)
 	x0, y0 := svgMargin, svgTop+svgMargin
 	bw.WriteString("<g class=\"labels\" fill=\"#333\">\n")
 	for i, h := range a.Hosts {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/launcher"
 )
@@ -262,6 +264,13 @@ func TestManPagesRender(t *testing.T) {
 func TestManPageDocumentsBenchFlags(t *testing.T) {
 	t.Parallel()
 	cmds := manSection(t, readManPage(t, "gorun.1"), "COMMANDS")
+	commandShowsFlags(t, cmds, "bench", benchCommand(io.Discard, io.Discard).Flags)
+}
+
+// commandShowsFlags checks that cmds, the COMMANDS section, shows each of
+// a command's flags that is not a job's (those are in OPTIONS).
+func commandShowsFlags(t *testing.T, cmds, command string, flags []cli.Flag) {
+	t.Helper()
 	job := map[string]bool{}
 	for _, s := range settings {
 		job[s.name] = true
@@ -269,7 +278,7 @@ func TestManPageDocumentsBenchFlags(t *testing.T) {
 			job[a] = true
 		}
 	}
-	for _, f := range benchCommand(io.Discard, io.Discard).Flags {
+	for _, f := range flags {
 		for _, n := range f.Names() {
 			if job[n] {
 				continue
@@ -279,7 +288,7 @@ func TestManPageDocumentsBenchFlags(t *testing.T) {
 				dashes = 1
 			}
 			if !roffFlag(dashes, n).MatchString(cmds) {
-				t.Errorf("the bench entry of COMMANDS does not show %s%s", strings.Repeat("-", dashes), n)
+				t.Errorf("the %s entry of COMMANDS does not show %s%s", command, strings.Repeat("-", dashes), n)
 			}
 		}
 	}

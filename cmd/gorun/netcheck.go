@@ -163,32 +163,10 @@ func runCheckNet(c *cli.Context, stdout, stderr io.Writer) error {
 // writeNetReport prints the check's result: the JSON object, or the
 // matrix, the hosts' own reports, the skew and the time taken.
 func writeNetReport(w io.Writer, ns netSettings, a netcheck.Analysis, info netcheck.Info, col *netcheck.Collector, skew []jobrecord.SkewItem, took time.Duration) error {
-	if ns.json {
-		var sk any = skew
-		if skew == nil {
-			sk = []jobrecord.SkewItem{}
-		}
-		r := netcheck.NewReport(a, info, col.Nodes(), sk)
-		r.ElapsedS = took.Seconds()
-		return netcheck.WriteJSON(w, r)
+	if !ns.json {
+		return netcheck.WriteText(w, a, info, col.NodeText(), skew, took)
 	}
-	if err := netcheck.WriteMatrix(w, a); err != nil {
-		return err
-	}
-	if text := col.NodeText(); text != "" {
-		fmt.Fprintf(w, "\nInside each host:\n%s", text)
-	}
-	if len(skew) > 0 {
-		fmt.Fprintf(w, "\nWhat differs between the hosts:\n")
-		jobrecord.FormatSkew(w, skew)
-	}
-	_, err := fmt.Fprintf(w, "\n%d hosts, %d rounds of pairs over %s, in %.1f s\n", len(a.Hosts), info.Rounds, orNone(info.Transport), took.Seconds())
-	return err
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "no transport"
-	}
-	return s
+	r := netcheck.NewReport(a, info, col.Nodes(), skew)
+	r.ElapsedS = took.Seconds()
+	return netcheck.WriteJSON(w, r)
 }

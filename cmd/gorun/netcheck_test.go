@@ -128,20 +128,7 @@ func TestCheckNetUsage(t *testing.T) {
 func TestManPageDocumentsCheckNetFlags(t *testing.T) {
 	t.Parallel()
 	cmds := manSection(t, readManPage(t, "gorun.1"), "COMMANDS")
-	job := map[string]bool{}
-	for _, s := range settings {
-		job[s.name] = true
-		for _, a := range s.aliases {
-			job[a] = true
-		}
-	}
-	for _, f := range checkFlags() {
-		for _, n := range f.Names() {
-			if !job[n] && !roffFlag(2, n).MatchString(cmds) {
-				t.Errorf("the check entry of COMMANDS does not show --%s", n)
-			}
-		}
-	}
+	commandShowsFlags(t, cmds, "check", checkFlags())
 	_, entry, _ := strings.Cut(cmds, ".BR check")
 	entry, _, _ = strings.Cut(entry, "\n.TP\n.BR show")
 	if !strings.Contains(entry, "1 when a link is slow") {

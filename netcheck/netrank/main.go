@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/gorun/gorun/collectives"
+	"github.com/gorun/gorun/env"
 	"github.com/gorun/gorun/netcheck"
 )
 
@@ -20,7 +21,7 @@ func Main() int {
 		fmt.Fprintf(os.Stderr, "gorun check --net: %s: %v (a rank of gorun check --net is started by gorun check --net only)\n", netcheck.EnvConfig, err)
 		return 2
 	}
-	host := os.Getenv("GORUN_HOSTNAME")
+	host := os.Getenv(env.Hostname)
 	if host == "" {
 		host, _ = os.Hostname()
 	}

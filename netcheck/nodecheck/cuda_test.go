@@ -52,16 +52,10 @@ func fakeCUDA(t *testing.T, gpus int, slow string) plugins.Options {
 	if cudaBins.err != nil {
 		t.Fatal(cudaBins.err)
 	}
-	t.Setenv(envCUDADriver, cudaBins.lib)
+	t.Setenv(cu.EnvDriver, cudaBins.lib)
 	t.Setenv("FAKECUDA_DEVICES", fmt.Sprint(gpus))
 	t.Setenv("FAKECUDA_SLOW", slow)
 	return plugins.Options{Path: cudaBins.plugin, Log: os.Stderr}
-}
-
-func TestEnvDriver(t *testing.T) {
-	if envCUDADriver != cu.EnvDriver {
-		t.Errorf("envCUDADriver %q, the plugin reads %q", envCUDADriver, cu.EnvDriver)
-	}
 }
 
 // Three fake GPUs, the copies between GPUs 0 and 1 ten times slower than

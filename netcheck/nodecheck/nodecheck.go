@@ -27,13 +27,9 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/plugins"
+	"github.com/gorun/gorun/plugins/cuda/cu"
 	"github.com/gorun/gorun/topology"
 )
-
-// envCUDADriver is the CUDA plugin's variable naming the driver library
-// (package cu's EnvDriver): where it is set, the GPUs are measured even
-// when sysfs shows none (the tests' fake driver, for one).
-const envCUDADriver = "GORUN_CUDA_DRIVER"
 
 // Defaults of Options.
 const (
@@ -221,16 +217,19 @@ func measureGPUs(ctx context.Context, o Options, node *topology.Node, r *Report)
 		}
 	}
 	r.GPUs = nvidia + others
+	// A driver named in the CUDA plugin's variable (the tests' fake, for
+	// one) is measured even where sysfs shows no GPU.
+	named := os.Getenv(cu.EnvDriver) != ""
 	switch {
-	case node == nil && os.Getenv(envCUDADriver) == "":
+	case node == nil && !named:
 		return "" // the topology's note says why nothing is known
 	case o.NoGPU && r.GPUs > 0:
 		return gpuCount(r.GPUs) + " not measured (asked not to)"
 	case o.NoGPU:
 		return "no GPUs"
-	case nvidia == 0 && os.Getenv(envCUDADriver) == "" && others > 0:
+	case nvidia == 0 && !named && others > 0:
 		return gpuCount(others) + " not measured: the CUDA plugin measures NVIDIA GPUs only"
-	case nvidia == 0 && os.Getenv(envCUDADriver) == "":
+	case nvidia == 0 && !named:
 		return "no GPUs"
 	}
 	run, err := openGPUs(ctx, o, node)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/plugins"
+	"github.com/gorun/gorun/plugins/cuda/cu"
 	"github.com/gorun/gorun/topology"
 )
 
@@ -57,7 +58,7 @@ func TestReadPorts(t *testing.T) {
 // Measure on machines without GPUs: the NICs alone, or one line saying
 // that there is nothing to measure; the report as JSON and as text.
 func TestMeasureWithoutGPUs(t *testing.T) {
-	t.Setenv(envCUDADriver, "")
+	t.Setenv(cu.EnvDriver, "")
 	for _, tt := range []struct {
 		fixture string
 		note    string
@@ -97,7 +98,7 @@ func TestMeasureWithoutGPUs(t *testing.T) {
 // one line), and the NIC-less host measured nothing; asked not to
 // measure them, the note says that.
 func TestMeasureNoPlugin(t *testing.T) {
-	t.Setenv(envCUDADriver, "")
+	t.Setenv(cu.EnvDriver, "")
 	root := filepath.Join("testdata", "gpus")
 	r := Measure(context.Background(), Options{Host: "g1", Root: root,
 		Plugin: plugins.Options{Path: filepath.Join(t.TempDir(), "gorun-plugin-cuda")}})
