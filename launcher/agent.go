@@ -293,6 +293,11 @@ func (a *agent) hello(r *control.Reader) (control.Hello, error) {
 	if err != nil {
 		return control.Hello{}, fmt.Errorf("handshake with the head: %w", err)
 	}
+	if a.o.Host == "" && headHello.Name != "" {
+		// Started before the plan named this host (EarlyAgent).
+		a.o.Host = headHello.Name
+		a.log.setPrefix("gorun agent " + a.o.Host + ": ")
+	}
 	return headHello, nil
 }
 
@@ -317,6 +322,13 @@ type agentLog struct {
 	mu     sync.Mutex
 	w      io.Writer
 	prefix string
+}
+
+// setPrefix changes the prefix of the lines printf writes.
+func (l *agentLog) setPrefix(p string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prefix = p
 }
 
 func (l *agentLog) printf(format string, args ...any) {

@@ -132,6 +132,10 @@ type Options struct {
 	Rejoin          func(gen int, host, why string) bool
 
 	Starter Starter // nil = LocalStarter
+	// EarlyAgent is this machine's agent, started before the options
+	// were read: the default starter gives it to the plan's first local
+	// host. The caller discards it after Run if no host took it.
+	EarlyAgent *EarlyAgent
 	// Alloc is the resource manager's allocation the job runs in, if any:
 	// it chooses the starter for other hosts (srun for Slurm) and the
 	// ranks' Slurm variables.
@@ -191,6 +195,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	if err := o.setApps(); err != nil {
 		return ExitUsage, err
+	}
+	if o.PerNode != nil || o.Starter != nil {
+		o.EarlyAgent.Discard() // their agents come from elsewhere
 	}
 	if o.PerNode != nil {
 		return RunPerNode(ctx, o)
@@ -313,7 +320,7 @@ func backendLine(a *Allocation) string {
 // over SSH, or through srun inside a Slurm allocation (the dialer is only
 // made when some host needs it).
 func defaultStarter(o Options, plan *Plan) (Starter, error) {
-	m := &MixedStarter{Local: &LocalStarter{Stderr: o.Stderr}}
+	m := &MixedStarter{Local: &LocalStarter{Stderr: o.Stderr, Early: o.EarlyAgent}}
 	for _, n := range plan.Nodes {
 		if IsLocal(n.Host.Name) && n.Host.User == "" && n.Host.Port == 0 {
 			continue
@@ -527,7 +534,9 @@ func (h *head) prepare(ctx context.Context) (done bool, code int, err error) {
 	if !o.Plan.MapBy.NeedsNUMA() {
 		h.planFinal()
 	}
-	if err := h.startAgents(ctx); err != nil {
+	err = h.startAgents(ctx)
+	o.EarlyAgent.Discard() // every host has its agent: one no host took goes
+	if err != nil {
 		return true, ExitLaunch, err
 	}
 	h.phases.AgentsUp = time.Since(h.start)

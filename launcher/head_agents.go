@@ -155,7 +155,7 @@ func (h *head) connect(node int, host hostfile.Host, p AgentProcess) (*agentConn
 		p.Kill()
 		return a, fmt.Errorf("agent on %s did not start: %w", host.Name, err)
 	}
-	mine := control.Hello{Version: h.o.Version}
+	mine := control.Hello{Version: h.o.Version, Name: host.Name}
 	if a.remote {
 		mine.BeatTimeout = h.beatTimeout()
 		mine.Beat = mine.BeatTimeout / 5

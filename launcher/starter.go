@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"syscall"
 
 	"github.com/gorun/gorun/hostfile"
 )
@@ -41,12 +40,18 @@ type LocalStarter struct {
 	Exe string
 	// Stderr receives the agents' diagnostics.
 	Stderr io.Writer
+	// Early, if set, is this machine's agent already started: the first
+	// host takes it instead of starting one (see EarlyAgent).
+	Early *EarlyAgent
 }
 
 var _ Starter = (*LocalStarter)(nil)
 
 // StartAgent starts a local agent.
 func (s *LocalStarter) StartAgent(ctx context.Context, host hostfile.Host) (AgentProcess, error) {
+	if a := s.Early.take(); a != nil {
+		return a, nil
+	}
 	exe := s.Exe
 	if exe == "" {
 		var err error
@@ -54,24 +59,11 @@ func (s *LocalStarter) StartAgent(ctx context.Context, host hostfile.Host) (Agen
 			return nil, fmt.Errorf("find gorun's own binary: %w", err)
 		}
 	}
-	cmd := exec.Command(exe, "agent", "--host", host.Name)
-	// Its own process group keeps the terminal's Ctrl-C away from it (the
-	// head forwards signals); SIGTERM when the head dies is a second
-	// line behind EOF on stdin.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	cmd.Stderr = s.Stderr
-	in, err := cmd.StdinPipe()
+	a, err := startLocalAgent(exe, host.Name, s.Stderr)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start agent for %s: %w", host.Name, err)
 	}
-	return &localAgent{cmd: cmd, in: in, out: out}, nil
+	return a, nil
 }
 
 type localAgent struct {

@@ -119,48 +119,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return runJob(c, stdout, stderr)
 		},
 		Commands: []*cli.Command{
-			{
-				Name:   "agent",
-				Usage:  "run gorun's per-host agent (started by gorun itself)",
-				Hidden: true,
-				Flags: []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"},
-					&cli.StringFlag{Name: "connect", Usage: "connect back to the head at these host:port addresses (agents started by srun, or by a per-node launch)"},
-					&cli.BoolFlag{Name: "leave-on-signal", Usage: "on SIGTERM, SIGINT or SIGHUP stop this node's ranks and leave (an elastic per-node launch)"}},
-				Action: func(c *cli.Context) error {
-					var in io.Reader = os.Stdin
-					var out io.Writer = os.Stdout
-					host := c.String("host")
-					var connAddr, clientAddr string
-					if addrs := c.String("connect"); addrs != "" {
-						if host == "" {
-							host = launcher.SlurmNodeName()
-						}
-						conn, err := launcher.DialHead(addrs, host)
-						if err != nil {
-							return errExit{code: 1, err: fmt.Errorf("agent on %s: %w", host, err)}
-						}
-						defer conn.Close()
-						in, out = conn, conn
-						connAddr, clientAddr = launcher.HostOf(conn.LocalAddr()), launcher.HostOf(conn.RemoteAddr())
-					}
-					ao := launcher.AgentOptions{
-						In: in, Out: out, Log: stderr, Host: host, Version: gorunVersion(),
-						// srun's agents name no host; a per-node launch's do, and are no step's tasks.
-						Step: c.String("connect") != "" && !c.IsSet("host"), Leave: c.Bool("leave-on-signal"),
-						ConnAddr: connAddr, ClientAddr: clientAddr,
-					}
-					if c.String("connect") != "" {
-						// Its stdout is no control channel: a per-node
-						// launch's node prints its ranks' output there.
-						ao.Stdout, ao.Stderr = os.Stdout, stderr
-					}
-					err := launcher.RunAgent(context.Background(), ao)
-					if err != nil && !errors.Is(err, io.EOF) {
-						return errExit{code: 1, err: fmt.Errorf("agent: %w", err)}
-					}
-					return nil
-				},
-			},
+			agentCommand(stderr),
 			{
 				Name:      "check",
 				Usage:     "preflight: reach every host, report latency, gorun version, CPUs, GPUs, the program's path and which hosts reach each other; with --net, measure the links between them",
@@ -205,7 +164,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 }
 
 // run runs gorun with args and returns its exit code.
-func run(args []string) (int, error) {
+func run(args []string, early *launcher.EarlyAgent) (int, error) {
 	args, notes, tool, err := personality(args)
 	if err != nil {
 		// One line that names the launcher: gorun mpirun: unknown flag -foo.
@@ -223,7 +182,7 @@ func run(args []string) (int, error) {
 		fmt.Fprintf(os.Stderr, "gorun: note: %s\n", n)
 	}
 	app := newApp(os.Stdout, os.Stderr)
-	app.Metadata = map[string]any{personalityKey: env.Launcher(tool)}
+	app.Metadata = map[string]any{personalityKey: env.Launcher(tool), earlyAgentKey: early}
 	err = app.Run(benchArgs(args))
 	var ee errExit
 	switch {
@@ -496,7 +455,7 @@ func jobOptions(c *cli.Context, stdout, stderr io.Writer) (launcher.Options, err
 		BindTo: get("bind-to"), CPUsPerRank: num("cpus-per-rank"), ReportBind: flag("report-bindings"), GPUBind: string(gpuBind),
 		RendezvousTimeout: dur("rendezvous-timeout"), PMIx: get("pmix"), Alloc: pl.alloc,
 		KVRankBudget: budgets[0], KVJobBudget: budgets[1],
-		SSH: s.ssh(),
+		SSH: s.ssh(), EarlyAgent: earlyAgentOf(c),
 	}
 	return o, nil
 }

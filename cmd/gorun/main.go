@@ -26,7 +26,17 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
 		os.Exit(127)
 	}
-	code, err := run(os.Args)
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		os.Exit(agentMain(os.Args[2:]))
+	}
+	var early *launcher.EarlyAgent
+	if wantsEarlyAgent(os.Args) {
+		// This machine's agent starts now, beside the head's own work
+		// (flags, configuration, plan), not after it.
+		early = launcher.StartEarlyAgent()
+	}
+	code, err := run(os.Args, early)
+	early.Discard()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gorun: %v\n", err)
 	}

@@ -97,9 +97,13 @@ func (t Type) String() string {
 
 // Hello is the first message in each direction.
 type Hello struct {
-	Proto    int    `json:"proto"`
-	Version  string `json:"version"`             // gorun's version
-	Host     string `json:"host,omitempty"`      // the agent's host name (os.Hostname)
+	Proto   int    `json:"proto"`
+	Version string `json:"version"`        // gorun's version
+	Host    string `json:"host,omitempty"` // the agent's host name (os.Hostname)
+	// Name is, in the head's hello, the host's name in the plan: the
+	// agent's name in its messages when it was started without one
+	// (launcher.EarlyAgent).
+	Name     string `json:"name,omitempty"`
 	PID      int    `json:"pid,omitempty"`       // the agent's pid
 	Cores    int    `json:"cores,omitempty"`     // CPUs the agent may use
 	NUMA     int    `json:"numa,omitempty"`      // NUMA nodes of the host
