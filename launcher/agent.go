@@ -97,6 +97,8 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 	// it can find and kill them; ranks die with the agent's thread.
 	if o.Procs == nil {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+		go hostGPUs()     // read while the head plans; bindings needs it
+		go control.Warm() // the launch's frames, decoded and encoded soon
 	}
 	a := newAgent(o)
 	go a.out.run()
@@ -109,6 +111,7 @@ func RunAgent(ctx context.Context, o AgentOptions) error {
 		close(a.quit)
 		return err
 	}
+	a.prepareHost()
 	stopListening := a.listen(ctx, r, headHello)
 	defer stopListening()
 	for !a.over() {
@@ -131,7 +134,10 @@ func (a *agent) listen(ctx context.Context, r *control.Reader, headHello control
 		pipes := make(chan os.Signal, 1)
 		signal.Notify(pipes, syscall.SIGPIPE)
 		a.sigs = sigs
-		stops = append(stops, func() { signal.Stop(sigs); signal.Stop(pipes) })
+		// Stop waits until the runtime delivers no signal to the
+		// channels (a quarter of a millisecond as the agent ends, where
+		// it is on the path to the head's end): RunAgent does not wait.
+		stops = append(stops, func() { go func() { signal.Stop(sigs); signal.Stop(pipes) }() })
 	}
 	a.ctx, a.ctxDone = ctx, ctx.Done()
 	a.heard.Store(time.Now().UnixNano())
@@ -182,11 +188,21 @@ func (a *agent) end() error {
 	if a.endT != nil {
 		a.endT.Stop()
 	}
-	if !a.simulated() {
-		killOrphans(2*time.Second, a.ending.careful)
-		a.shm.sweep()
+	if a.simulated() {
+		a.closeServers()
+		return a.ending.err
 	}
-	a.closeServers()
+	// The servers and their directory go while the orphans are looked
+	// for: each waits on the kernel (file system, /proc), and they share
+	// nothing.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		a.closeServers()
+	}()
+	killOrphans(2*time.Second, a.ending.careful)
+	a.shm.sweep()
+	<-closed
 	return a.ending.err
 }
 

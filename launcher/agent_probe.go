@@ -208,10 +208,17 @@ func (a *agent) probeStatus(ctx context.Context, v probeView) (any, error) {
 // its dumps, with the hook, once per agent; "" (no hook) if it cannot,
 // or for simulated ranks.
 func (a *agent) prepareStacks() string {
+	a.awaitPrep()
+	return a.makeStacksDir()
+}
+
+// makeStacksDir is prepareStacks, without waiting for the preparation
+// that runs it.
+func (a *agent) makeStacksDir() string {
 	if a.stacksDir != "" || a.simulated() {
 		return a.stacksDir
 	}
-	if a.ensureSockDir() != nil {
+	if a.makeSockDir() != nil {
 		return ""
 	}
 	dir := filepath.Join(a.sockDir, "stacks")
@@ -225,4 +232,30 @@ func (a *agent) prepareStacks() string {
 	}
 	a.stacksDir = dir
 	return dir
+}
+
+// prepareHost starts, beside the head's last steps before the launch, what
+// the agent's first launch would otherwise make first: the ranks'
+// socket directory and the Python stacks hook in it (files: a few
+// hundred microseconds on a journalled /tmp). It starts after the head's
+// hello, so that an agent the head never uses (EarlyAgent) leaves no
+// directory behind; awaitPrep waits for it.
+func (a *agent) prepareHost() {
+	if a.simulated() {
+		return
+	}
+	a.prepDone = make(chan struct{})
+	go func() {
+		defer close(a.prepDone)
+		a.makeStacksDir()
+	}()
+}
+
+// awaitPrep waits for the preparation prepareHost started, if any: until
+// then sockDir and stacksDir are its.
+func (a *agent) awaitPrep() {
+	if a.prepDone != nil {
+		<-a.prepDone
+		a.prepDone = nil
+	}
 }

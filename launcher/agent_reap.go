@@ -204,6 +204,7 @@ func (a *agent) closeServers() {
 	a.pmix.close()
 	a.pmix = nil
 	a.endDyn()
+	a.awaitPrep()
 	if a.sockDir != "" {
 		os.RemoveAll(a.sockDir)
 	}

@@ -339,25 +339,29 @@ func (a *agent) forkAll(p *launchPlan) ([]*rankProc, []error) {
 	procs := make([]*rankProc, len(ranks))
 	errs := make([]error, len(ranks))
 	var next atomic.Int64
+	fork := func() {
+		for i := int(next.Add(1) - 1); i < len(ranks); i = int(next.Add(1) - 1) {
+			app := p.app(i)
+			exe, argv := bindArgv(p.binding(i), p.path(i), app.Argv)
+			if a.simulated() {
+				procs[i], errs[i] = a.startProc(ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i), app.Dir)
+			} else {
+				procs[i], errs[i] = a.start(app.Dir, ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i))
+			}
+			if procs[i] != nil {
+				procs[i].job, procs[i].mpiRank = p.job(), ranks[i].Rank
+			}
+		}
+	}
 	var wg sync.WaitGroup
-	for range min(runtime.NumCPU(), len(ranks), maxForkers) {
+	for range min(runtime.NumCPU(), len(ranks), maxForkers) - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(ranks); i = int(next.Add(1) - 1) {
-				app := p.app(i)
-				exe, argv := bindArgv(p.binding(i), p.path(i), app.Argv)
-				if a.simulated() {
-					procs[i], errs[i] = a.startProc(ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i), app.Dir)
-				} else {
-					procs[i], errs[i] = a.start(app.Dir, ranks[i], p.id(i), p.pmi, exe, argv, p.environ(i))
-				}
-				if procs[i] != nil {
-					procs[i].job, procs[i].mpiRank = p.job(), ranks[i].Rank
-				}
-			}
+			fork()
 		}()
 	}
+	fork() // this goroutine forks too: one rank needs no other
 	wg.Wait()
 	return procs, errs
 }

@@ -96,7 +96,10 @@ type loopState struct {
 	pmix      *pmixState // its PMIx server, when the program needs one
 	sockDir   string     // private directory (0700) of the ranks' rendezvous sockets
 	stacksDir string     // where the ranks' Python hook writes its dumps; "" = none
-	shm       shmSweep   // the /dev/shm files that killed ranks leave
+	// prepDone is closed when the host's preparation that hello starts
+	// (prepareHost: sockDir, stacksDir) is done; nil when none runs.
+	prepDone chan struct{}
+	shm      shmSweep // the /dev/shm files that killed ranks leave
 	// masterPort is the port this agent offered for MASTER_PORT at its
 	// hello, held until its ranks start (masterport.go); nil where none
 	// could be had.

@@ -117,6 +117,10 @@ type hostBindings struct {
 	Topo string
 }
 
+// hostGPUs counts this host's GPUs once: RunAgent starts it before the
+// first launch arrives, which then finds the count made.
+var hostGPUs = sync.OnceValue(topology.LocalGPUs)
+
 // bindings binds a launch's ranks on this host: env reads the user's
 // variables once (the agent's environment base, then the -x exports),
 // the launch's Bind and they become the typed options of topology's plan
@@ -131,6 +135,7 @@ func bindings(l control.Launch, base []string) (hostBindings, error) {
 		return hostBindings{}, err
 	}
 	if !req.report {
+		req.plan.GPUs = hostGPUs
 		plan, ok, err := topology.PlanWithoutNode(os.DirFS("/"), req.plan)
 		if err != nil {
 			return hostBindings{}, err

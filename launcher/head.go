@@ -184,6 +184,7 @@ var ErrRejoin = errors.New("membership changed")
 // no agent. In every case where ctx is done by the time a job that did
 // not succeed ends, the error wraps ctx.Err().
 func Run(ctx context.Context, o Options) (int, error) {
+	go control.Warm() // the frames the head sends and reads first
 	if o.Stdout == nil {
 		o.Stdout = os.Stdout
 	}

@@ -179,6 +179,13 @@ func kvSockName(gen int) string { return "kv-" + strconv.Itoa(gen) + ".sock" }
 // ensureSockDir makes the agent's private socket directory (mode 0700),
 // once; shutdown removes it.
 func (a *agent) ensureSockDir() error {
+	a.awaitPrep()
+	return a.makeSockDir()
+}
+
+// makeSockDir is ensureSockDir, without waiting for the preparation that
+// runs it.
+func (a *agent) makeSockDir() error {
 	if a.sockDir != "" {
 		return nil
 	}

@@ -114,6 +114,10 @@ const (
 type BindOptions struct {
 	// LocalRanks is the number of ranks on this node (at least 1).
 	LocalRanks int
+	// GPUs counts the node's GPUs for PlanWithoutNode; nil counts them
+	// there (CountGPUs of its sysroot). An agent passes a count it
+	// started before its launch arrived.
+	GPUs func() int
 	// JobRanks is the number of ranks of the whole job, on every node,
 	// which RuleOpenMPI counts as Open MPI does; 0 (or fewer than
 	// LocalRanks) means LocalRanks.

@@ -215,18 +215,22 @@ func PlanWithoutNode(sysroot fs.FS, o BindOptions) (plan []RankBinding, ok bool,
 	if o.LocalRanks < 0 {
 		return nil, false, fmt.Errorf("plan bindings: %d local ranks", o.LocalRanks)
 	}
+	count := o.GPUs
+	if count == nil {
+		count = func() int { return CountGPUs(sysroot) }
+	}
 	gpus := -1 // not counted yet
 	switch {
 	case mode == BindNone || mode == BindDefault && o.Oversubscribed:
 	case mode == BindDefault && !o.Default.BindsWithoutGPUs():
-		if gpus = CountGPUs(sysroot); gpus > 0 {
+		if gpus = count(); gpus > 0 {
 			return nil, false, nil
 		}
 	default:
 		return nil, false, nil
 	}
 	if gpus < 0 {
-		gpus = CountGPUs(sysroot)
+		gpus = count()
 	}
 	if gpus > 0 && o.OwnGPU {
 		why := "--bind-to none"
