@@ -140,9 +140,11 @@ type Communicator struct {
 
 	arena arena       // scratch of the running operation
 	timer *time.Timer // the running operation's timeout
-	op    task        // the running operation: one runs at a time
-	msgs  msgSlab     // and its messages
-	all   group       // every rank, in order
+	// timerSet says the timer will fire (armTimeout, timedOut).
+	timerSet bool
+	op       task    // the running operation: one runs at a time
+	msgs     msgSlab // and its messages
+	all      group   // every rank, in order
 	// opCtx is the context of the operations whose caller's context
 	// cannot end (context.Background), so that they need none of their
 	// own: cancelling an operation breaks the communicator, so a context
@@ -282,6 +284,10 @@ func (c *Communicator) Close() error {
 		c.turn.Wait()
 	}
 	done := c.completed
+	if c.timer != nil {
+		c.timer.Stop() // set by the last operation (armTimeout)
+		c.timerSet = false
+	}
 	c.mu.Unlock()
 	c.tellAll(ctrlMsg{typ: ctrlLeave, subject: int32(c.rank), seq: done})
 	c.wg.Wait()
@@ -526,24 +532,35 @@ func (c *Communicator) runAsync(ctx context.Context, name string, cl call) *Requ
 
 var errOpTimeout = errors.New("operation timed out")
 
-// armTimeout starts the timeout of operation o; c.mu is held.
+// armTimeout starts the timeout of operation o; c.mu is held. The timer
+// is set once for a run of operations, not reset and stopped for each: a
+// timer set for an earlier operation fires before this one's time is up,
+// and timedOut sets it again for what is left.
 func (c *Communicator) armTimeout(o *task) {
 	o.start = time.Now()
-	if c.timer == nil {
+	switch {
+	case c.timer == nil:
 		c.timer = time.AfterFunc(c.timeout, c.timedOut)
-	} else {
+	case !c.timerSet:
 		c.timer.Reset(c.timeout)
 	}
+	c.timerSet = true
 }
 
-// timedOut cancels the running operation if its time is up (the timer
-// may fire late, for an operation that has ended since).
+// timedOut cancels the running operation if its time is up, else sets
+// the timer again for the running operation's time left; with none
+// running, it leaves the timer unset.
 func (c *Communicator) timedOut() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if o := c.cur; o != nil && time.Since(o.start) >= c.timeout {
+	o := c.cur
+	switch {
+	case o == nil:
+		c.timerSet = false
+	case time.Since(o.start) >= c.timeout:
 		o.cancel(errOpTimeout)
-	} else if o != nil {
+		c.timerSet = false
+	default:
 		c.timer.Reset(c.timeout - time.Since(o.start))
 	}
 }
@@ -636,7 +653,6 @@ func (c *Communicator) execute(ctx context.Context, name string, seq uint32, cl 
 		o.finish()
 		c.mu.Lock()
 		c.cur = nil
-		c.timer.Stop()
 		if err == nil {
 			c.completed = seq
 			if !o.own && c.opCtx.Err() != nil {
