@@ -13,6 +13,8 @@
 #                 a hang (default 10: Open MPI's mpirun hangs in some runs at K>=32)
 #        RSS_NP   ranks for the memory/phase probe (default 64), RSS_RUNS (default 10)
 #        OUT      results folder (default bench/results/launch-DATE)
+#        BEFORE   another gorun binary (an earlier build) to run in the same rounds, as
+#                 "before"; its gorun-tools must sit next to it
 # Output: a markdown table on stdout; raw per-run JSON in OUT.
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -45,8 +47,13 @@ OMPI_ARGS="--oversubscribe"
 [ "$(id -u)" = 0 ] && OMPI_ARGS="$OMPI_ARGS --allow-run-as-root"
 
 echo "building gorun..." >&2
-(cd "$ROOT" && CGO_ENABLED=0 go build -o bench/.bin/gorun ./cmd/gorun) # as make build makes it
+# As make build and go install build it: with cgo (for NVML) where Go finds a C compiler.
+(cd "$ROOT" && go build -o bench/.bin/gorun ./cmd/gorun)
 GORUN=$BENCH/.bin/gorun
+if [ -n "${BEFORE:-}" ] && [ ! -x "$BEFORE" ]; then
+  echo "launch.sh: BEFORE=$BEFORE: not an executable" >&2
+  exit 1
+fi
 
 mkdir -p "$OUT"
 {
@@ -56,6 +63,7 @@ mkdir -p "$OUT"
   echo "go: $(go version)"
   dirty=$(git -C "$ROOT" --no-optional-locks status --porcelain -uno -- . ":(exclude)bench" 2>/dev/null | wc -l)
   echo "gorun: $($GORUN --version 2>&1 | head -1), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo ?) ($dirty files changed since)"
+  [ -z "${BEFORE:-}" ] || echo "before: $BEFORE: $("$BEFORE" --version 2>&1 | head -1)"
   echo "openmpi: $OMPI: $("$OMPI" --version 2>&1 | head -1)"
   echo "mpich: $HYDRA: $("$HYDRA" --version 2>&1 | grep -m1 -i 'version')"
   echo "settings: RUNS=$RUNS WARMUP=$WARMUP KS='$KS' TIMEOUT=$TIMEOUT"
@@ -76,6 +84,7 @@ for k in $KS; do
   "$PY" "$BENCH/timecmp.py" --runs "$RUNS" --warmup "$WARMUP" --timeout "$TIMEOUT" \
     --json "$OUT/launch-np$k.json" --tag "np$k" \
     "gorun=$GORUN --jobs-dir $SCRATCH/jobs -np $k /bin/true" \
+    ${BEFORE:+"before=$BEFORE --jobs-dir $SCRATCH/jobs -np $k /bin/true"} \
     "openmpi=$OMPI $OMPI_ARGS -np $k /bin/true" \
     "mpich=$HYDRA -n $k /bin/true" >> "$OUT/summary.tsv" || true
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """table.py - markdown launch-time table from timecmp.py's JSON files.
 
-    table.py DIR/launch-np*.json
+    table.py DIR/launch-np*.json        (with a "before" column when launch.sh ran BEFORE)
     table.py --by-tag FILE.json ...     one row per file, named by its --tag (ssh.sh)
     table.py --by-tag-kex FILE.json ... the same against the peers' "-kex" run (ssh.sh)
     table.py --phases FILE.json ...     gorun only: wall time, --summary-json phases, RSS
@@ -42,18 +42,21 @@ def main(paths):
         rows.append((k, {t["label"]: t for t in d["tools"]}, d))
     rows.sort(key=lambda r: r[0])
     labels = ["gorun", "openmpi", "mpich"]
-    print("| K | gorun ms | Open MPI mpirun ms | MPICH hydra ms | gorun / faster peer | hangs gorun / ompi / mpich | failures | runs |")
-    print("|---|---|---|---|---|---|---|---|")
+    before = any("before" in t for _, t, _ in rows)  # launch.sh's BEFORE: an earlier build
+    head = "| K | gorun ms |" + (" before ms | gorun / before |" if before else "")
+    print(head + " Open MPI mpirun ms | MPICH hydra ms | gorun / faster peer | hangs gorun / ompi / mpich | failures | runs |")
+    print("|---" * (head.count("|") - 1) + "|---|---|---|---|---|---|")
     for k, t, d in rows:
         peers = [t[l] for l in ("openmpi", "mpich") if l in t and t[l]["median"] is not None]
         g = t.get("gorun")
-        ratio = "-"
+        ratio_ = "-"
         if g and g["median"] is not None and peers:
             best = min(peers, key=lambda x: x["median"])
-            ratio = f"{g['median'] / best['median']:.2f} (vs {best['label']})"
+            ratio_ = f"{g['median'] / best['median']:.2f} (vs {best['label']})"
         hangs = " / ".join(str(t[l]["hangs"]) if l in t else "-" for l in labels)
         fails = " / ".join(str(t[l]["failures"]) if l in t else "-" for l in labels)
-        print(f"| {k} | {cell(g)} | {cell(t.get('openmpi'))} | {cell(t.get('mpich'))} | {ratio} | {hangs} | {fails} | {d['runs']} |")
+        b = f" {cell(t.get('before'))} | {ratio(g, t.get('before'))} |" if before else ""
+        print(f"| {k} | {cell(g)} |{b} {cell(t.get('openmpi'))} | {cell(t.get('mpich'))} | {ratio_} | {hangs} | {fails} | {d['runs']} |")
 
 
 def jobs(paths):
