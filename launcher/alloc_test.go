@@ -38,7 +38,8 @@ func TestDetectAllocation(t *testing.T) {
 		{"slurm bad ntasks", map[string]string{"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "1", "SLURM_NTASKS": "x"}, "auto", "", "SLURM_NTASKS"},
 		{"pbs", map[string]string{"PBS_JOBID": "3.srv", "PBS_NODEFILE": nodefile}, "auto", "n1:2 n2:1 ntasks=0", ""},
 		{"pbs missing file", map[string]string{"PBS_JOBID": "3.srv", "PBS_NODEFILE": nodefile + ".gone"}, "auto", "", "nodes.gone"},
-		{"bad backend", nil, "lsf", "", "--launcher \"lsf\""},
+		{"bad backend", nil, "ll", "", "--launcher \"ll\""},
+		{"lsf outside a job", nil, "lsf", "", "not inside an LSF job"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := DetectAllocation(envOf(tt.env), tt.backend)
@@ -132,7 +133,7 @@ func TestHostSourceNoLocal(t *testing.T) {
 // fork names the personality that takes it (migrants #25, plain gorun).
 func TestDetectAllocationUnknownLauncher(t *testing.T) {
 	for backend, want := range map[string]string{
-		"rsh":  `--launcher "rsh": want auto, local, ssh, slurm or pbs`,
+		"rsh":  `--launcher "rsh": want auto, local, ssh, slurm (or srun), sge (or qrsh), lsf (or blaunch), pbs (or pbs_tmrsh) and flux`,
 		"fork": "--launcher fork is mpiexec's: gorun mpiexec -launcher fork",
 	} {
 		_, err := DetectAllocation(func(string) string { return "" }, backend)

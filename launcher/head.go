@@ -305,33 +305,47 @@ func absPaths(s control.SSH) control.SSH {
 	return s
 }
 
-// backendLine says, for --display-map, how agents will be started and why.
+// backendLine says, for --display-map and --dry-run, which batch system
+// gorun found, how agents will be started and why.
 func backendLine(a *Allocation) string {
-	switch {
-	case a == nil:
+	if a == nil {
 		return "local and SSH (no resource manager's allocation)"
-	case a.Kind == BackendSlurm:
-		return "slurm: agents on other nodes through srun; " + a.Why
-	default:
-		return "pbs: hosts from the node file, agents on other hosts over SSH; " + a.Why
 	}
+	how := map[string]string{
+		LauncherSrun:     "srun",
+		LauncherQrsh:     "qrsh -inherit HOST (tight integration)",
+		LauncherBlaunch:  "blaunch HOST",
+		LauncherPBSTmrsh: "pbs_tmrsh HOST (the TM interface)",
+		LauncherFlux:     "flux exec --rank=RANK",
+		LauncherSSH:      "SSH",
+	}[a.Launcher]
+	line := fmt.Sprintf("%s: %s; agents on other hosts through %s; %s", a.Kind, a.Name(), how, a.Why)
+	if a.Note != "" {
+		line += " (" + a.Note + ")"
+	}
+	return line
 }
 
 // defaultStarter starts agents on this machine locally and on other hosts
-// over SSH, or through srun inside a Slurm allocation (the dialer is only
-// made when some host needs it).
+// over SSH, or through the batch system's launcher inside its allocation:
+// srun, qrsh -inherit, blaunch, pbs_tmrsh or flux exec (the dialer is
+// only made when some host needs it).
 func defaultStarter(o Options, plan *Plan) (Starter, error) {
 	m := &MixedStarter{Local: &LocalStarter{Stderr: o.Stderr, Early: o.EarlyAgent}}
 	for _, n := range plan.Nodes {
 		if IsLocal(n.Host.Name) && n.Host.User == "" && n.Host.Port == 0 {
 			continue
 		}
-		if o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+		if o.Alloc != nil && o.Alloc.Launcher != LauncherSSH {
 			exe, err := os.Executable()
 			if err != nil {
 				return nil, fmt.Errorf("find gorun's own binary: %w", err)
 			}
-			m.Remote = NewSlurmStarter(exe, plan, o.Iface, o.Stderr)
+			if o.Alloc.Kind == BackendSlurm {
+				m.Remote = NewSlurmStarter(exe, plan, o.Iface, o.Stderr)
+			} else {
+				m.Remote = NewCommandStarter(o.Alloc, exe, o.Stderr)
+			}
 			break
 		}
 		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }

@@ -282,11 +282,12 @@ func mca(p *parser, typed string, v []string) error {
 	return nil
 }
 
-// hydraLaunchers maps Hydra's launchers to gorun's --launcher.
-var hydraLaunchers = map[string]string{"ssh": "ssh", "rsh": "ssh", "slurm": "slurm", "pbs": "pbs"}
+// hydraLaunchers maps Hydra's launchers (its bootstrap servers) to
+// gorun's --launcher: the same batch system's launcher.
+var hydraLaunchers = map[string]string{"ssh": "ssh", "rsh": "ssh", "slurm": "slurm", "pbs": "pbs", "sge": "sge", "lsf": "lsf"}
 
-// hydraLauncher takes -launcher ssh|rsh|fork|slurm|pbs. fork starts
-// every rank on this machine, whatever hosts -f or -hosts name.
+// hydraLauncher takes -launcher ssh|rsh|fork|slurm|pbs|sge|lsf. fork
+// starts every rank on this machine, whatever hosts -f or -hosts name.
 func hydraLauncher(p *parser, typed string, v []string) error {
 	if v[0] == "fork" {
 		p.fork = true
@@ -294,7 +295,7 @@ func hydraLauncher(p *parser, typed string, v []string) error {
 	}
 	l, ok := hydraLaunchers[v[0]]
 	if !ok {
-		return fmt.Errorf("%s: gorun starts ranks through ssh, fork (this machine), slurm or pbs", typed)
+		return fmt.Errorf("%s: gorun starts ranks through ssh, fork (this machine), slurm, pbs, sge or lsf (and flux: gorun --launcher flux)", typed)
 	}
 	p.emit("--launcher", l)
 	return nil

@@ -202,7 +202,7 @@ func TestPersonalityRefused(t *testing.T) {
 		{append([]string{"mpirun", "-np", "1", "--tag-outptu"}, prog...), "gorun mpirun: unknown flag --tag-outptu (did you mean --tag-output?)"},
 		{append([]string{"mpirun", "-np", "2", "mpirun"}, prog...), "gorun mpirun: the program mpirun is a launcher itself, and every rank would start a job of its own: give its command line to gorun (gorun mpirun sh -c touch " + marker + ")"},
 		{append([]string{"mpiexec", "-n", "1", "-prepend-pattern", "%r"}, prog...), "gorun mpiexec: -prepend-pattern %r: --tag-output prefixes each line with [rank] ([host:rank] over several hosts)"},
-		{append([]string{"mpiexec", "-n", "1", "-launcher", "lsf"}, prog...), "gorun mpiexec: -launcher lsf: gorun starts ranks through ssh, fork (this machine), slurm or pbs"},
+		{append([]string{"mpiexec", "-n", "1", "-launcher", "ll"}, prog...), "gorun mpiexec: -launcher ll: gorun starts ranks through ssh, fork (this machine), slurm, pbs, sge or lsf (and flux: gorun --launcher flux)"},
 		{append([]string{"torchrun", "--nproc-per-node", "gpu", "--no-python"}, prog...),
 			"gorun torchrun: --nproc-per-node gpu: give the number of ranks per node, or auto (one per GPU, else one per core)"},
 		{append([]string{"torchrun", "--nnodes", "2", "--nproc-per-node", "1", "--no-python"}, prog...),
