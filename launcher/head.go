@@ -349,6 +349,9 @@ func defaultStarter(o Options, plan *Plan) (Starter, error) {
 			break
 		}
 		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }
+		if o.Alloc != nil && o.Alloc.Note != "" {
+			logf("note: %s", o.Alloc.Note) // its own launcher not found: SSH
+		}
 		d, err := sshclient.NewDialer(sshOptions(o.SSH, logf))
 		if err != nil {
 			return nil, fmt.Errorf("ssh: %w", err)

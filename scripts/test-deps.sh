@@ -24,6 +24,7 @@ pkgs=(
   git             # make check lists the Go files for gofmt with git ls-files
   ca-certificates # TLS roots: go fetches gorun's modules from the module proxy over https
   slurmctld slurmd slurm-client munge  # slurmtest's real Slurm cluster: slurmctld, one slurmd per node, munged, and sbatch/srun/squeue/scancel/scontrol/sinfo
+  gridengine-master gridengine-exec gridengine-client  # gridenginetest's real Grid Engine cluster: sge_qmaster, one sge_execd per exec host, and qsub/qrsh/qstat/qdel/qconf
 )
 missing=()
 for p in "${pkgs[@]}"; do
