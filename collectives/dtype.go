@@ -346,8 +346,12 @@ func reduceHalf[T BFloat16 | Float16](dst, src []T, op Op, from func(T) float32,
 }
 
 // reduce sets dst = dst op src element-wise; both hold elements of type d
-// and have the same length.
+// and have the same length. The vector loops (reduceVector) take what
+// they can, the scalar ones the rest.
 func reduce(d DType, op Op, dst, src []byte) {
+	if n := reduceVector(d, op, dst, src); n > 0 {
+		dst, src = dst[n:], src[n:len(dst)]
+	}
 	switch d {
 	case Float32:
 		reduceNum(view[float32](dst), view[float32](src), op)
