@@ -4,23 +4,29 @@
 # small-message check of issue 20 (point 3) and of any change to the collectives' fixed
 # cost, where coll.sh's sweep is too coarse to tell builds apart.
 #
-#   per round, for each rank count in NPS:
+#   per round, for each rank count in NPS, two measures:
+#     blocks    the median block's slowest-rank mean time per call: Open MPI's
+#               allreduce.c with its defaults (warm-up, probe, blocks of 0.25 s), gorun
+#               bench --min-time 0.25s --blocks 7 -w 3
+#     mean      the mean time per call over 5,000 calls after 500 warm-up ones
+#               (allreduce.c -w 500 -r 1 -m 5000; gorun bench --iters 5000 -w 500)
+#   of:
 #     openmpi   bench/coll/allreduce.c built with mpicc.openmpi, under mpirun.openmpi
-#               (-b SIZE -e SIZE: its warm-up, probe and blocks; time_us is the median
-#               block's slowest-rank mean time per call)
-#     LABEL     for each LABEL=BINARY in GORUNS: BINARY bench allreduce -np N -b SIZE
-#               -e SIZE -x GOMAXPROCS=1 --min-time 0.25s --blocks 7 -w 3 (the same
-#               method: median block, slowest rank)
+#     LABEL     for each LABEL=BINARY in GORUNS: BINARY bench allreduce -np N, its ranks
+#               with the Go runtime's default GOMAXPROCS (the host's CPUs: what a
+#               user's rank that sets nothing gets), and LABEL-tuned: the same without
+#               it, where gorun bench's ranks take the CPUs per local rank
 #
 # Usage: bench/small.sh                         (gorun built from this checkout as "gorun")
-#        GORUNS="before=/var/tmp/gorun-old after=/var/tmp/gorun-new" bench/small.sh
+#        GORUNS="before=/var/tmp/old/gorun after=/var/tmp/new/gorun" bench/small.sh
+#                                               (each gorun with its gorun-tools beside it)
 # Env:   NPS      rank counts (default "2 4"; 4 ranks on this 2-vCPU box is oversubscribed)
 #        ROUNDS   rounds (default 7)
 #        SIZE     message size (default 4K)
 #        OUT      results folder (default bench/results/small-DATE)
 # Output: one line per run on stderr as it goes; a markdown table (median over rounds,
-#        all rounds sorted, ratio to Open MPI) on stdout and in OUT/table.md; every
-#        figure in OUT/runs.tsv (np, peer, round, time_us).
+#        all rounds sorted, ratio to Open MPI in the same measure) on stdout and in
+#        OUT/table.md; every figure in OUT/runs.tsv (np, peer, round, time_us).
 set -euo pipefail
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$BENCH/.." && pwd)
@@ -38,7 +44,9 @@ command -v go >/dev/null || die "needs go"
 mkdir -p "$BIN" "$OUT"
 "$MPICC" -O2 -o "$BIN/allreduce.openmpi" "$BENCH/coll/allreduce.c"
 if [ -z "${GORUNS:-}" ]; then
-  (cd "$ROOT" && CGO_ENABLED=0 go build -o "$BIN/gorun" ./cmd/gorun)
+  # As make build: gorun with cgo where Go finds a C compiler, and gorun-tools (the
+  # ranks of gorun bench) next to it, from the same tree.
+  (cd "$ROOT" && go build -o "$BIN/gorun" ./cmd/gorun && CGO_ENABLED=0 go build -o "$BIN/gorun-tools" ./cmd/gorun-tools)
   GORUNS="gorun=$BIN/gorun"
 fi
 for g in $GORUNS; do [ -x "${g#*=}" ] || die "$g: not an executable"; done
@@ -61,13 +69,22 @@ cd "$SCRATCH"
 ompi_time() { grep -E '^[0-9]+,' | head -1 | cut -d, -f4; }
 gorun_time() { awk -F, 'NR == 2 { print $7 }'; }
 
+CPUS=$(nproc)
 for r in $(seq "$ROUNDS"); do
   for np in $NPS; do
-    t=$("$OMPI" $ROOTFLAG --oversubscribe -np "$np" "$BIN/allreduce.openmpi" -b "$SIZE" -e "$SIZE" 2>/dev/null | ompi_time || true)
-    printf '%s\topenmpi\t%s\t%s\n' "$np" "$r" "${t:-fail}" | tee -a "$OUT/runs.tsv" >&2
-    for g in $GORUNS; do
-      t=$("${g#*=}" bench allreduce -np "$np" -x GOMAXPROCS=1 -b "$SIZE" -e "$SIZE" --min-time 0.25s --blocks 7 -w 3 --csv - 2>/dev/null | gorun_time || true)
-      printf '%s\t%s\t%s\t%s\n' "$np" "${g%%=*}" "$r" "${t:-fail}" | tee -a "$OUT/runs.tsv" >&2
+    for m in blocks mean; do
+      if [ "$m" = blocks ]; then ompt=""; gopt="--min-time 0.25s --blocks 7 -w 3"
+      else ompt="-w 500 -r 1 -m 5000 -s 1G -t 1000"; gopt="--iters 5000 -w 500 --blocks 1"; fi
+      t=$("$OMPI" $ROOTFLAG --oversubscribe -np "$np" "$BIN/allreduce.openmpi" -b "$SIZE" -e "$SIZE" $ompt 2>/dev/null | ompi_time || true)
+      printf '%s\topenmpi/%s\t%s\t%s\n' "$np" "$m" "$r" "${t:-fail}" | tee -a "$OUT/runs.tsv" >&2
+      for g in $GORUNS; do
+        for tuned in "" -tuned; do
+          x="-x GOMAXPROCS=$CPUS"
+          [ -z "$tuned" ] || x=""
+          t=$("${g#*=}" bench allreduce -np "$np" $x -b "$SIZE" -e "$SIZE" $gopt --csv - 2>/dev/null | gorun_time || true)
+          printf '%s\t%s%s/%s\t%s\t%s\n' "$np" "${g%%=*}" "$tuned" "$m" "$r" "${t:-fail}" | tee -a "$OUT/runs.tsv" >&2
+        done
+      done
     done
   done
 done
@@ -82,7 +99,7 @@ for line in open(sys.argv[1]):
         order.append((np, peer))
     if t != "fail":
         runs[(np, peer)].append(float(t))
-print(f"{sys.argv[2]} allreduce, float32 sum, time per call in us (median over rounds; all rounds sorted)\n")
+print(f"{sys.argv[2]} allreduce, float32 sum, time per call in us (median over rounds; all rounds sorted); peer/blocks: median block; peer/mean: mean of 5,000 calls\n")
 print("| ranks | peer | median | ratio to Open MPI | rounds |")
 print("|---|---|---|---|---|")
 for np, peer in order:
@@ -91,7 +108,8 @@ for np, peer in order:
         print(f"| {np} | {peer} | failed | - | - |")
         continue
     med = statistics.median(ts)
-    base = runs.get((np, "openmpi"))
-    ratio = f"{med / statistics.median(base):.2f}x" if base and peer != "openmpi" else "-"
+    measure = peer.rsplit("/", 1)[-1]
+    base = runs.get((np, "openmpi/" + measure))
+    ratio = f"{med / statistics.median(base):.2f}x" if base and not peer.startswith("openmpi") else "-"
     print(f"| {np} | {peer} | {med:.2f} | {ratio} | {' '.join(f'{t:.2f}' for t in ts)} |")
 EOF
