@@ -2,6 +2,7 @@ package topology
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -233,6 +234,34 @@ func TestNeedsUUIDs(t *testing.T) {
 	for _, tt := range tests {
 		if got := tt.opts.NeedsUUIDs(); got != tt.want {
 			t.Errorf("NeedsUUIDs(%+v) = %v, want %v", tt.opts, got, tt.want)
+		}
+	}
+}
+
+// PlanWithoutNode takes the node's GPU count from BindOptions.GPUs, where
+// set, instead of counting them in its sysroot: a count of 8 on a node
+// without GPUs plans nothing (the node must be looked at), a count of 0 on
+// the DGX plans the ranks unbound, and the count is asked for once.
+func TestPlanWithoutNodeCountedGPUs(t *testing.T) {
+	t.Parallel()
+	dgx, cpu := os.DirFS(filepath.Join("testdata", "dgx-h100")), os.DirFS(filepath.Join("testdata", "cpu-2s"))
+	for _, tt := range []struct {
+		name    string
+		sysroot fs.FS
+		gpus    int
+		ok      bool
+	}{
+		{"eight counted, no GPU in sysfs", cpu, 8, false},
+		{"none counted, a DGX in sysfs", dgx, 0, true},
+	} {
+		calls := 0
+		count := func() int { calls++; return tt.gpus }
+		plan, ok, err := PlanWithoutNode(tt.sysroot, BindOptions{LocalRanks: 2, GPUs: count})
+		if err != nil || ok != tt.ok || ok && len(plan) != 2 {
+			t.Errorf("%s: %d ranks planned, ok %v, %v; want ok %v", tt.name, len(plan), ok, err, tt.ok)
+		}
+		if calls != 1 {
+			t.Errorf("%s: GPUs called %d times, want once", tt.name, calls)
 		}
 	}
 }
