@@ -323,9 +323,17 @@ func numaNodes() int {
 	return max(len(m), 1)
 }
 
-// answerRoute tells the head which local address reaches the peers.
+// answerRoute tells the head which local address reaches the peers;
+// with neither peers nor interface, the address of the default route's
+// interface (listenAddr).
 func (a *agent) answerRoute(q control.Route) {
-	addr, err := routeAddr(q.Peers, q.Iface)
+	var addr string
+	var err error
+	if len(q.Peers) == 0 && q.Iface == "" {
+		addr, err = listenAddr("")
+	} else {
+		addr, err = routeAddr(q.Peers, q.Iface)
+	}
 	rep := control.RouteReply{Addr: addr}
 	if err != nil {
 		rep.Err = err.Error()

@@ -80,13 +80,13 @@ func DetectAllocation(getenv func(string) string, backend string) (*Allocation, 
 		case getenv("SLURM_JOB_ID") != "":
 			return slurmAllocation(getenv, "SLURM_JOB_ID="+getenv("SLURM_JOB_ID")+" is set")
 		case getenv("PBS_JOBID") != "" && getenv("PBS_NODEFILE") != "":
-			return pbsAllocation(getenv, "PBS_JOBID="+getenv("PBS_JOBID")+" is set", false)
+			return pbsAllocation(getenv, "PBS_JOBID="+getenv("PBS_JOBID")+" is set", "")
 		case getenv("JOB_ID") != "" && getenv("PE_HOSTFILE") != "":
-			return sgeAllocation(getenv, "JOB_ID="+getenv("JOB_ID")+" and PE_HOSTFILE are set")
+			return sgeAllocation(getenv, "JOB_ID="+getenv("JOB_ID")+" and PE_HOSTFILE are set", "")
 		case getenv("LSB_JOBID") != "" && (getenv("LSB_DJOB_HOSTFILE") != "" || getenv("LSB_MCPU_HOSTS") != ""):
-			return lsfAllocation(getenv, "LSB_JOBID="+getenv("LSB_JOBID")+" is set", false)
+			return lsfAllocation(getenv, "LSB_JOBID="+getenv("LSB_JOBID")+" is set", "")
 		case getenv("FLUX_JOB_ID") != "" && getenv("FLUX_URI") != "":
-			return fluxAllocation(getenv, "FLUX_JOB_ID="+getenv("FLUX_JOB_ID")+" is set")
+			return fluxAllocation(getenv, "FLUX_JOB_ID="+getenv("FLUX_JOB_ID")+" is set", "")
 		}
 		return nil, nil
 	case BackendLocal, BackendSSH:
@@ -100,22 +100,22 @@ func DetectAllocation(getenv func(string) string, backend string) (*Allocation, 
 		if getenv("PBS_NODEFILE") == "" {
 			return nil, fmt.Errorf("%w: --launcher %s: not inside a PBS job (PBS_NODEFILE is not set)", ErrUsage, backend)
 		}
-		return pbsAllocation(getenv, "--launcher "+backend, backend == LauncherPBSTmrsh)
+		return pbsAllocation(getenv, "--launcher "+backend, backend)
 	case BackendSGE, LauncherQrsh:
 		if getenv("PE_HOSTFILE") == "" {
 			return nil, fmt.Errorf("%w: --launcher %s: not inside a Grid Engine job of a parallel environment (PE_HOSTFILE is not set; qsub -pe NAME SLOTS)", ErrUsage, backend)
 		}
-		return sgeAllocation(getenv, "--launcher "+backend)
+		return sgeAllocation(getenv, "--launcher "+backend, backend)
 	case BackendLSF, LauncherBlaunch:
 		if getenv("LSB_DJOB_HOSTFILE") == "" && getenv("LSB_MCPU_HOSTS") == "" {
 			return nil, fmt.Errorf("%w: --launcher %s: not inside an LSF job (LSB_DJOB_HOSTFILE and LSB_MCPU_HOSTS are not set)", ErrUsage, backend)
 		}
-		return lsfAllocation(getenv, "--launcher "+backend, backend == LauncherBlaunch)
+		return lsfAllocation(getenv, "--launcher "+backend, backend)
 	case BackendFlux:
 		if getenv("FLUX_URI") == "" {
 			return nil, fmt.Errorf("%w: --launcher flux: not inside a Flux instance (FLUX_URI is not set; flux alloc or flux batch)", ErrUsage)
 		}
-		return fluxAllocation(getenv, "--launcher flux")
+		return fluxAllocation(getenv, "--launcher flux", BackendFlux)
 	}
 	if backend == "fork" {
 		// Hydra's: every rank on this machine, its hosts unused.
@@ -139,14 +139,19 @@ func lookPath(getenv func(string) string, name string) string {
 }
 
 // launchWith sets a's launcher: the batch system's command where getenv's
-// PATH has it, else SSH with a note; required refuses SSH.
-func (a *Allocation) launchWith(getenv func(string) string, command string, required bool) error {
+// PATH has it, else SSH with a note; required refuses SSH, naming asked
+// (the --launcher value given; "" for auto).
+func (a *Allocation) launchWith(getenv func(string) string, command string, required bool, asked string) error {
 	if a.LauncherPath = lookPath(getenv, command); a.LauncherPath != "" {
 		a.Launcher = command
 		return nil
 	}
 	if required {
-		return fmt.Errorf("%w: --launcher %s: %s is not in PATH (%s)", ErrUsage, command, command, getenv("PATH"))
+		where := a.Name()
+		if asked != "" && asked != BackendAuto {
+			where = "--launcher " + asked
+		}
+		return fmt.Errorf("%w: %s: %s is not in PATH (%s); it starts the agents of the other hosts", ErrUsage, where, command, getenv("PATH"))
 	}
 	a.Launcher = LauncherSSH
 	a.Note = fmt.Sprintf("%s is not in PATH: agents on other hosts over SSH, outside %s's accounting", command, a.Name())
@@ -184,7 +189,7 @@ func slurmAllocation(getenv func(string) string, why string) (*Allocation, error
 	return a, nil
 }
 
-func pbsAllocation(getenv func(string) string, why string, tmrsh bool) (*Allocation, error) {
+func pbsAllocation(getenv func(string) string, why, asked string) (*Allocation, error) {
 	path := getenv("PBS_NODEFILE")
 	hosts, err := hostfile.ParsePBSNodefile(path)
 	if err != nil {
@@ -192,10 +197,10 @@ func pbsAllocation(getenv func(string) string, why string, tmrsh bool) (*Allocat
 	}
 	a := &Allocation{Kind: BackendPBS, JobID: getenv("PBS_JOBID"), Hosts: hosts,
 		Why: fmt.Sprintf("%s: PBS_NODEFILE=%s", why, path)}
-	return a, a.launchWith(getenv, LauncherPBSTmrsh, tmrsh)
+	return a, a.launchWith(getenv, LauncherPBSTmrsh, asked == LauncherPBSTmrsh, asked)
 }
 
-func sgeAllocation(getenv func(string) string, why string) (*Allocation, error) {
+func sgeAllocation(getenv func(string) string, why, asked string) (*Allocation, error) {
 	path := getenv("PE_HOSTFILE")
 	hosts, err := hostfile.ParsePEHostfile(path)
 	if err != nil {
@@ -203,10 +208,10 @@ func sgeAllocation(getenv func(string) string, why string) (*Allocation, error) 
 	}
 	a := &Allocation{Kind: BackendSGE, JobID: getenv("JOB_ID"), Hosts: hosts,
 		Why: fmt.Sprintf("%s: PE_HOSTFILE=%s", why, path)}
-	return a, a.launchWith(getenv, LauncherQrsh, true)
+	return a, a.launchWith(getenv, LauncherQrsh, true, asked)
 }
 
-func lsfAllocation(getenv func(string) string, why string, blaunch bool) (*Allocation, error) {
+func lsfAllocation(getenv func(string) string, why, asked string) (*Allocation, error) {
 	a := &Allocation{Kind: BackendLSF, JobID: getenv("LSB_JOBID")}
 	var err error
 	if path := getenv("LSB_DJOB_HOSTFILE"); path != "" {
@@ -219,7 +224,7 @@ func lsfAllocation(getenv func(string) string, why string, blaunch bool) (*Alloc
 	if err != nil {
 		return nil, fmt.Errorf("%w: LSF job %s: %w", ErrUsage, a.JobID, err)
 	}
-	return a, a.launchWith(getenv, LauncherBlaunch, blaunch)
+	return a, a.launchWith(getenv, LauncherBlaunch, asked == LauncherBlaunch, asked)
 }
 
 // Name is how messages name the allocation: "Slurm job 42".
@@ -256,9 +261,9 @@ func (a *Allocation) Select(hosts []hostfile.Host, source string) ([]hostfile.Ho
 // fluxAllocation reads a Flux instance's hosts, in broker rank order
 // (flux getattr hostlist), and its cores per host (flux resource list):
 // the instance that flux alloc or flux batch made for the job.
-func fluxAllocation(getenv func(string) string, why string) (*Allocation, error) {
+func fluxAllocation(getenv func(string) string, why, asked string) (*Allocation, error) {
 	a := &Allocation{Kind: BackendFlux, JobID: getenv("FLUX_JOB_ID")}
-	if err := a.launchWith(getenv, LauncherFlux, true); err != nil {
+	if err := a.launchWith(getenv, LauncherFlux, true, asked); err != nil {
 		return nil, err
 	}
 	flux := func(args ...string) (string, error) {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gorun/gorun/hostfile"
 )
@@ -71,23 +73,41 @@ func (s *CommandStarter) StartAgent(ctx context.Context, host hostfile.Host) (Ag
 	// Its own process group, as a local agent's: the head forwards the
 	// terminal's signals itself. The launcher's client dies with the head.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	a := &commandAgent{cmd: cmd, name: s.Name, host: host.Name}
+	a := &commandAgent{cmd: cmd, name: s.Name, host: host.Name, errDone: make(chan struct{})}
 	a.errTail.w = s.Stderr
-	cmd.Stderr = &a.errTail
-	in, err := cmd.StdinPipe()
+	// The launcher's stderr is a pipe of our own, read to its end by a
+	// goroutine that Read waits for at the control channel's EOF: exec's
+	// copier for a plain io.Writer may not have copied the last line, the
+	// one that says why the launcher ended, by then.
+	errR, errW, err := os.Pipe()
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start the agent with %s: %w", host.Name, s.Name, err)
 	}
-	a.in, a.out = in, out
+	cmd.Stderr = errW
+	in, err := cmd.StdinPipe()
+	if err == nil {
+		a.out, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
+	errW.Close()
+	if err != nil {
+		errR.Close()
+		return nil, fmt.Errorf("%s: start the agent with %s: %w", host.Name, s.Name, err)
+	}
+	go func() {
+		defer close(a.errDone)
+		defer errR.Close()
+		io.Copy(&a.errTail, errR)
+	}()
+	a.in = in
 	return a, nil
 }
+
+// errWait bounds the wait for the end of a launcher's stderr once its
+// stdout has ended: a process the launcher left behind may hold it.
+const errWait = 2 * time.Second
 
 // commandAgent is an agent started through a batch system's launcher.
 type commandAgent struct {
@@ -95,12 +115,22 @@ type commandAgent struct {
 	in         io.WriteCloser
 	out        io.Reader
 	name, host string
-	errTail    tailWriter // the launcher's stderr, passed on as it comes
+	errTail    tailWriter    // the launcher's stderr, passed on as it comes
+	errDone    chan struct{} // closed when the launcher's stderr has ended
+}
+
+// waitErr waits (errWait at most) until the launcher's stderr has ended.
+func (a *commandAgent) waitErr() {
+	select {
+	case <-a.errDone:
+	case <-time.After(errWait):
+	}
 }
 
 func (a *commandAgent) Read(p []byte) (int, error) {
 	n, err := a.out.Read(p)
 	if err == io.EOF && n == 0 {
+		a.waitErr()
 		if tail := a.errTail.tail(); tail != "" {
 			return 0, fmt.Errorf("%s to %s ended: %s", a.name, a.host, tail)
 		}
@@ -110,8 +140,12 @@ func (a *commandAgent) Read(p []byte) (int, error) {
 func (a *commandAgent) Write(p []byte) (int, error) { return a.in.Write(p) }
 func (a *commandAgent) Close() error                { return a.in.Close() }
 func (a *commandAgent) Remote() bool                { return true }
-func (a *commandAgent) Wait() error                 { return a.cmd.Wait() }
-func (a *commandAgent) Kill() error                 { return a.cmd.Process.Kill() }
+func (a *commandAgent) Wait() error {
+	err := a.cmd.Wait()
+	a.waitErr() // its diagnostics are passed on before the head reports
+	return err
+}
+func (a *commandAgent) Kill() error { return a.cmd.Process.Kill() }
 
 // tailWriter passes what is written on to w (when set) and keeps its last
 // line, to say why a launcher ended.

@@ -55,10 +55,13 @@ func ParseFanout(s string) (int, error) {
 
 // EffectiveFanout is the launch tree's fanout (0: none) that Run uses
 // for o with agents on hosts hosts: Options.Fanout, or for FanoutAuto
-// DefaultFanout above TreeAbove hosts. Inside a Slurm allocation srun
-// starts every agent, and auto makes no tree.
+// DefaultFanout above TreeAbove hosts. Inside an allocation whose own
+// launcher starts the agents (srun, qrsh -inherit, blaunch, pbs_tmrsh,
+// flux exec) it starts every one of them, and auto makes no tree: a
+// tree's lower agents would be started over SSH, outside the batch
+// system's accounting.
 func EffectiveFanout(o Options, hosts int) int {
-	if o.Fanout == FanoutAuto && o.Alloc != nil && o.Alloc.Kind == BackendSlurm {
+	if o.Fanout == FanoutAuto && o.Alloc != nil && o.Alloc.Launcher != LauncherSSH {
 		return 0
 	}
 	return treeFanoutFor(o.Fanout, hosts)

@@ -20,19 +20,26 @@ import (
 func (h *head) masterAddr(ctx context.Context) (string, error) {
 	a0 := h.agents[0]
 	var peers []string
+	unknown := false // an agent of another host whose addresses no connection says
 	for _, a := range h.agents[1:] {
 		switch {
 		case a.hello.ConnAddr != "":
 			peers = append(peers, a.hello.ConnAddr)
 		case a0.hello.ClientAddr != "":
 			peers = append(peers, a0.hello.ClientAddr) // a local node: the head's host
+		case a.remote:
+			unknown = true // started through a batch system's launcher (blaunch, qrsh, flux exec)
 		}
 	}
 	if h.o.Iface == "" && len(peers) == 0 {
 		if a0.hello.ConnAddr != "" {
 			return a0.hello.ConnAddr, nil
 		}
-		return "127.0.0.1", nil // one machine
+		if !unknown && !a0.remote {
+			return "127.0.0.1", nil // one machine
+		}
+		// No peers: rank 0's agent answers with its default route's
+		// address, as the head listens on for Slurm's agents.
 	}
 	if err := a0.w.Send(control.TypeRoute, control.Route{Peers: peers, Iface: h.o.Iface}); err != nil {
 		return "", err

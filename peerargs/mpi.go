@@ -306,11 +306,11 @@ func rmk(p *parser, typed string, v []string) error {
 	switch v[0] {
 	case "user":
 		return nil // -f, -hosts
-	case "slurm", "pbs":
-		p.note("%s: ignored: gorun reads the hosts of a Slurm or PBS allocation by itself (--launcher %s to insist)", typed, v[0])
+	case "slurm", "pbs", "sge", "lsf":
+		p.note("%s: ignored: gorun reads the hosts of a Slurm, PBS, Grid Engine, LSF or Flux allocation by itself (--launcher %s to insist)", typed, v[0])
 		return nil
 	}
-	return fmt.Errorf("%s: gorun reads the hosts of Slurm and PBS allocations, or -f FILE and -hosts LIST", typed)
+	return fmt.Errorf("%s: gorun reads the hosts of Slurm, PBS, Grid Engine, LSF and Flux allocations, or -f FILE and -hosts LIST", typed)
 }
 
 // gpusPerProc takes Hydra's -gpus-per-proc N: N=1 is gorun's one GPU per

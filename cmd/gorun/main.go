@@ -1,7 +1,7 @@
 // Command gorun launches and supervises parallel jobs: the ranks of an MPI,
 // PyTorch or Go program on this machine, across hosts over SSH, and inside
-// Slurm and PBS allocations. It is the launcher: the head, the agent and
-// the bind step; gorun-tools (cmd/gorun-tools), its companion next to it,
+// the allocations of Slurm, PBS, Grid Engine, LSF and Flux. It is the
+// launcher: the head, the agent and the bind step; gorun-tools (cmd/gorun-tools), its companion next to it,
 // runs what needs Go's collective runtime or the plugin host (see
 // launcher.Tools). docs/tour.md is the tour; man/gorun.1 the manual.
 package main

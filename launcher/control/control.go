@@ -129,7 +129,8 @@ type Hello struct {
 }
 
 // Route asks an agent which of its addresses it would use to reach the
-// peers (by routing, no packet sent), or the address of Iface if set.
+// peers (by routing, no packet sent), or the address of Iface if set;
+// with neither, the address of its default route's interface.
 type Route struct {
 	Peers []string `json:"peers"`
 	Iface string   `json:"iface,omitempty"`
