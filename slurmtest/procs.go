@@ -1,7 +1,6 @@
 package slurmtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // daemon is a process that Up started: munged, slurmctld or a slurmd.
@@ -121,7 +122,7 @@ func (c *Cluster) start(name string, pdeathsig bool, argv ...string) (*daemon, e
 	}()
 	c.daemons = append(c.daemons, d)
 	if p, ok := readProc(d.Pid); ok {
-		d.Start = p.start
+		d.Start = p.Start
 	}
 	// Hold the namespace: while it is open, no other namespace can get its
 	// inode, so Down may kill whatever is in it.
@@ -235,75 +236,28 @@ func (c *Cluster) down() error {
 		}
 	}
 	if c.Dir != "" {
-		if err := unmountUnder(c.Dir); err != nil {
-			errs = append(errs, err)
-		} else if err := os.RemoveAll(c.Dir); err != nil {
+		if err := testcluster.RemoveDir(c.Dir); err != nil {
 			errs = append(errs, fmt.Errorf("slurmtest: %w", err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// procInfo is what Down needs to know of a process.
-type procInfo struct {
-	pid    int
-	start  uint64
-	zombie bool
-	uts    uint64 // 0 if unknown (a zombie has none)
+// readProc reads pid's /proc/PID/stat and its UTS namespace.
+func readProc(pid int) (testcluster.Proc, bool) {
+	return testcluster.ReadProc(pid, "uts")
 }
 
-// readProc reads /proc/PID/stat and the UTS namespace of pid.
-func readProc(pid int) (procInfo, bool) {
-	p := procInfo{pid: pid}
-	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
-	if err != nil {
-		return p, false
-	}
-	// The command name, in parentheses, may hold spaces: the fields that
-	// follow start after the last ')'. State is field 3, starttime 22.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return p, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return p, false
-	}
-	p.zombie = f[0] == "Z" || f[0] == "X"
-	p.start, _ = strconv.ParseUint(f[19], 10, 64)
-	var st syscall.Stat_t
-	if syscall.Stat(dir+"/ns/uts", &st) == nil {
-		p.uts = st.Ino
-	}
-	return p, true
-}
-
-// allProcs returns every process but this one.
-func allProcs() []procInfo {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	var procs []procInfo
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		if p, ok := readProc(pid); ok {
-			procs = append(procs, p)
-		}
-	}
-	return procs
+// allProcs returns every process but this one, with its UTS namespace.
+func allProcs() []testcluster.Proc {
+	return testcluster.Procs("uts")
 }
 
 // isDaemon reports whether p is one of the cluster's daemons (same pid and
 // start time).
-func (c *Cluster) isDaemon(p procInfo) bool {
+func (c *Cluster) isDaemon(p testcluster.Proc) bool {
 	for _, d := range c.daemons {
-		if d.Pid == p.pid && d.Start == p.start && d.Start != 0 {
+		if d.Pid == p.Pid && d.Start == p.Start && d.Start != 0 {
 			return true
 		}
 	}
@@ -329,7 +283,7 @@ func (c *Cluster) hasMarker(pid int) bool {
 // cluster's: held open by this process, or holding a daemon or a process
 // with the cluster's marker. (Not merely the recorded inode: the kernel
 // reuses the inodes of dead namespaces.) held are those held open.
-func (c *Cluster) trustedNamespaces(procs []procInfo) (trusted, held map[uint64]bool) {
+func (c *Cluster) trustedNamespaces(procs []testcluster.Proc) (trusted, held map[uint64]bool) {
 	trusted, held = map[uint64]bool{}, map[uint64]bool{}
 	ours := map[uint64]bool{}
 	for _, d := range c.daemons {
@@ -340,60 +294,28 @@ func (c *Cluster) trustedNamespaces(procs []procInfo) (trusted, held map[uint64]
 		}
 	}
 	for _, p := range procs {
-		if p.zombie || p.uts == 0 || !ours[p.uts] || trusted[p.uts] {
+		if p.Zombie || p.NS == 0 || !ours[p.NS] || trusted[p.NS] {
 			continue
 		}
-		if c.isDaemon(p) || c.hasMarker(p.pid) {
-			trusted[p.uts] = true
+		if c.isDaemon(p) || c.hasMarker(p.Pid) {
+			trusted[p.NS] = true
 		}
 	}
 	return trusted, held
 }
 
 // procsOf returns the live processes of the cluster among procs.
-func (c *Cluster) procsOf(procs []procInfo, trusted map[uint64]bool) []int {
-	var pids []int
-	for _, p := range procs {
-		if !p.zombie && (trusted[p.uts] || c.isDaemon(p)) {
-			pids = append(pids, p.pid)
-		}
-	}
-	return pids
+func (c *Cluster) procsOf(procs []testcluster.Proc, trusted map[uint64]bool) []int {
+	return testcluster.Live(procs, trusted, c.isDaemon)
 }
 
 // killAll sends SIGKILL to the cluster's processes until none is left
 // (zombies count as gone).
 func (c *Cluster) killAll(timeout time.Duration) error {
-	procs := allProcs()
-	trusted, held := c.trustedNamespaces(procs)
-	deadline := time.Now().Add(timeout)
-	for {
-		pids := c.procsOf(procs, trusted)
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("slurmtest: processes %v outlived SIGKILL", pids)
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-		procs = allProcs()
-		// A namespace left empty is freed, and its inode may be given to a
-		// new one: trust it no more, unless held open.
-		live := map[uint64]bool{}
-		for _, p := range procs {
-			if !p.zombie {
-				live[p.uts] = true
-			}
-		}
-		for ns := range trusted {
-			if !live[ns] && !held[ns] {
-				delete(trusted, ns)
-			}
-		}
+	if err := testcluster.KillAll("uts", timeout, c.trustedNamespaces, c.isDaemon); err != nil {
+		return fmt.Errorf("slurmtest: %w", err)
 	}
+	return nil
 }
 
 // Processes returns the pids of the cluster's live processes: the daemons,
@@ -405,74 +327,6 @@ func (c *Cluster) Processes() []int {
 	pids := c.procsOf(procs, trusted)
 	sort.Ints(pids)
 	return pids
-}
-
-// mountsUnder returns the mount points at or under dir in this mount
-// namespace, deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("slurmtest: %w", err)
-	}
-	defer f.Close()
-	var mps []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64*1024), 1024*1024)
-	for s.Scan() {
-		fs := strings.Fields(s.Text())
-		if len(fs) < 5 {
-			continue
-		}
-		mp := unescapeMount(fs[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			mps = append(mps, mp)
-		}
-	}
-	if err := s.Err(); err != nil {
-		return nil, fmt.Errorf("slurmtest: /proc/self/mountinfo: %w", err)
-	}
-	sort.Slice(mps, func(i, j int) bool { return len(mps[i]) > len(mps[j]) })
-	return mps, nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// unmountUnder detaches every mount at or under dir, so that removing dir
-// never reaches into a mounted file system, and checks that none is left.
-func unmountUnder(dir string) error {
-	mps, err := mountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	for _, mp := range mps {
-		_ = syscall.Unmount(mp, syscall.MNT_DETACH)
-	}
-	if len(mps) == 0 {
-		return nil
-	}
-	if left, err := mountsUnder(dir); err != nil {
-		return err
-	} else if len(left) > 0 {
-		return fmt.Errorf("slurmtest: could not unmount %s; %s not removed", strings.Join(left, ", "), dir)
-	}
-	return nil
 }
 
 // Daemon is one daemon of a Cluster, as Daemons reports it.
@@ -492,7 +346,7 @@ func (c *Cluster) Daemons() []Daemon {
 	ds := make([]Daemon, len(c.daemons))
 	for i, d := range c.daemons {
 		p, ok := readProc(d.Pid)
-		ds[i] = Daemon{Name: d.Name, Pid: d.Pid, Running: ok && !p.zombie && c.isDaemon(p)}
+		ds[i] = Daemon{Name: d.Name, Pid: d.Pid, Running: ok && !p.Zombie && c.isDaemon(p)}
 	}
 	return ds
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // Defaults of Options.
@@ -240,53 +242,20 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// prepareDir makes the state directory and returns its absolute, resolved
-// path.
+// prepareDir makes the state directory (see Options.StateDir) and returns
+// its absolute, resolved path. munged refuses a socket whose directories are
+// not searchable by all: the state directory gets mode 0755 (os.MkdirTemp
+// makes 0700), and each directory above it must be searchable by all.
 func prepareDir(dir string) (_ string, err error) {
-	if dir == "" {
-		d, err := os.MkdirTemp("", "gorun-slurmtest-")
-		if err != nil {
-			return "", fmt.Errorf("slurmtest: %w", err)
-		}
-		defer func() {
-			if err != nil {
-				os.Remove(d)
-			}
-		}()
-		dir = d
-	} else {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return "", fmt.Errorf("slurmtest: %w", err)
-		}
-		dir = abs
-		if old, err := Load(dir); err == nil {
-			if err := old.Down(); err != nil {
-				return "", fmt.Errorf("slurmtest: tearing down the previous cluster in %s: %w", dir, err)
-			}
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("slurmtest: %w", err)
-		}
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return "", fmt.Errorf("slurmtest: %w", err)
-		}
-		if len(ents) != 0 {
-			return "", fmt.Errorf("slurmtest: state directory %s is not empty and holds no cluster; give an absent or empty one", dir)
-		}
-	}
-	// munged refuses a socket whose directories are not searchable by all,
-	// and os.MkdirTemp makes 0700.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return "", fmt.Errorf("slurmtest: %w", err)
-	}
-	real, err := filepath.EvalSymlinks(dir)
+	real, err := testcluster.PrepareDir("slurmtest", dir, 0o755, downOld)
 	if err != nil {
-		return "", fmt.Errorf("slurmtest: %w", err)
+		return "", err
 	}
 	for d := filepath.Dir(real); ; d = filepath.Dir(d) {
 		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			if dir == "" {
+				os.Remove(real)
+			}
 			return "", fmt.Errorf("slurmtest: %s (above the state directory %s) is not searchable by all (mode %v), which munged refuses; give a state directory elsewhere", d, real, fi.Mode().Perm())
 		}
 		if d == "/" {
@@ -294,6 +263,14 @@ func prepareDir(dir string) (_ string, err error) {
 		}
 	}
 	return real, nil
+}
+
+// downOld tears down the cluster in dir, if there is one.
+func downOld(dir string) error {
+	if old, err := Load(dir); err == nil {
+		return old.Down()
+	}
+	return nil
 }
 
 // Check reports why this machine cannot run a cluster (not Linux, not root,

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // start is Start, plus a check, after Down, that the cluster left nothing
@@ -46,18 +48,18 @@ func ports(c *Cluster) []int {
 func leftovers(c *Cluster) []string {
 	var left []string
 	for _, p := range allProcs() {
-		if p.zombie {
+		if p.Zombie {
 			continue
 		}
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.pid) + "/cmdline")
-		if bytes.Contains(cmdline, []byte(c.Dir)) || c.hasMarker(p.pid) {
-			left = append(left, fmt.Sprintf("process %d %q", p.pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.Pid) + "/cmdline")
+		if bytes.Contains(cmdline, []byte(c.Dir)) || c.hasMarker(p.Pid) {
+			left = append(left, fmt.Sprintf("process %d %q", p.Pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
 		}
 	}
 	for _, pid := range c.Processes() {
 		left = append(left, fmt.Sprintf("process %d in the cluster's namespaces", pid))
 	}
-	if mps, err := mountsUnder(c.Dir); err != nil || len(mps) > 0 {
+	if mps, err := testcluster.Mounts(c.Dir); err != nil || len(mps) > 0 {
 		left = append(left, fmt.Sprintf("mounts %v (%v)", mps, err))
 	}
 	if _, err := os.Lstat(c.Dir); err == nil {
@@ -244,7 +246,7 @@ srun sh -c 'echo "STEP=$(hostname) $CUDA_VISIBLE_DEVICES"'
 			t.Errorf("job %d after scancel: state %s, output %q", j.ID, j.State, j.Output)
 		}
 		for _, pid := range sleeps {
-			if p, ok := readProc(pid); ok && !p.zombie {
+			if p, ok := readProc(pid); ok && !p.Zombie {
 				t.Errorf("sleep %d still runs after scancel", pid)
 			}
 		}
@@ -406,7 +408,7 @@ func TestDown(t *testing.T) {
 			}
 			t.Logf("down in %v, killing %d processes", time.Since(t0).Round(time.Millisecond), len(before))
 			for _, pid := range append(before, sleeps...) {
-				if p, ok := readProc(pid); ok && !p.zombie {
+				if p, ok := readProc(pid); ok && !p.Zombie {
 					t.Errorf("process %d outlived Down", pid)
 				}
 			}
@@ -495,14 +497,6 @@ func TestPorts(t *testing.T) {
 			t.Errorf("freePorts: %v not distinct in %d-%d", ps, lo, hi)
 		}
 		seen[p] = true
-	}
-}
-
-func TestUnescapeMount(t *testing.T) {
-	for in, want := range map[string]string{`/a\040b`: "/a b", `/plain`: "/plain", `/x\134y`: `/x\y`, `/end\04`: `/end\04`} {
-		if got := unescapeMount(in); got != want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // MaxHosts is the largest number of hosts one cluster may have.
@@ -190,45 +192,18 @@ func Up(ctx context.Context, o Options) (c *Cluster, err error) {
 	return c, nil
 }
 
-// prepareDir makes the state directory and returns its absolute, resolved
-// path.
+// prepareDir makes the state directory (see Options.StateDir) and returns
+// its absolute, resolved path.
 func prepareDir(dir string) (string, error) {
-	if dir == "" {
-		d, err := os.MkdirTemp("", "gorun-testhosts-")
-		if err != nil {
-			return "", fmt.Errorf("testhosts: %w", err)
-		}
-		dir = d
-	} else {
-		abs, err := filepath.Abs(dir)
-		if err != nil {
-			return "", fmt.Errorf("testhosts: %w", err)
-		}
-		dir = abs
-		if old, err := Load(dir); err == nil {
-			if err := old.Down(); err != nil {
-				return "", fmt.Errorf("testhosts: tearing down the previous cluster in %s: %w", dir, err)
-			}
-		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return "", fmt.Errorf("testhosts: %w", err)
-		}
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return "", fmt.Errorf("testhosts: %w", err)
-		}
-		if len(ents) != 0 {
-			return "", fmt.Errorf("testhosts: state directory %s is not empty and holds no cluster; give an absent or empty one", dir)
-		}
+	return testcluster.PrepareDir("testhosts", dir, 0o700, downOld)
+}
+
+// downOld tears down the cluster in dir, if there is one.
+func downOld(dir string) error {
+	if old, err := Load(dir); err == nil {
+		return old.Down()
 	}
-	if err := os.Chmod(dir, 0o700); err != nil {
-		return "", fmt.Errorf("testhosts: %w", err)
-	}
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return "", fmt.Errorf("testhosts: %w", err)
-	}
-	return real, nil
+	return nil
 }
 
 func (c *Cluster) hostDir(i int) string { return filepath.Join(c.Dir, "h"+strconv.Itoa(i)) }

@@ -3,9 +3,8 @@ package testhosts
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // Need ends t unless this machine can run clusters (root and the tools:
@@ -15,10 +14,7 @@ import (
 // cluster needs root and takes seconds to start.
 func Need(t testing.TB) {
 	t.Helper()
-	testenv.SkipShort(t, "testhosts clusters need root and take seconds to start")
-	if err := Check(); err != nil {
-		testenv.Missing(t, err.Error())
-	}
+	testcluster.Need(t, "testhosts", Check)
 }
 
 // Start brings a cluster up for a test and tears it down in t.Cleanup, also
@@ -27,16 +23,5 @@ func Need(t testing.TB) {
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	Need(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := Up(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Down(); err != nil {
-			t.Errorf("testhosts: down: %v", err)
-		}
-	})
-	return c
+	return testcluster.Start(t, "testhosts", func(ctx context.Context) (*Cluster, error) { return Up(ctx, o) })
 }

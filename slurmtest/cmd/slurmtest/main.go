@@ -18,18 +18,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/internal/testcluster"
 	"github.com/gorun/gorun/slurmtest"
 )
 
@@ -49,60 +48,7 @@ func main() {
 
 // run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	def := filepath.Join(os.TempDir(), "gorun-slurmtest")
-	fs := flag.NewFlagSet("slurmtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintf(stderr, usage, def) }
-	state := fs.String("state", "", "state directory")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if *state == "" {
-		*state = os.Getenv("GORUN_SLURMTEST_STATE")
-	}
-	if *state == "" {
-		*state = def
-	}
-	args = fs.Args()
-	if len(args) == 0 {
-		fs.Usage()
-		return 2
-	}
-	var err error
-	switch args[0] {
-	case "up":
-		err = up(*state, args[1:], stdout, stderr)
-	case "down":
-		err = down(*state, args[1:], stdout)
-	case "status":
-		err = status(*state, args[1:], stdout)
-	case "env":
-		err = env(*state, args[1:], stdout)
-	default:
-		fs.Usage()
-		return 2
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "slurmtest:", strings.TrimPrefix(err.Error(), "slurmtest: "))
-		var u usageError
-		if errors.As(err, &u) {
-			return 2
-		}
-		return 1
-	}
-	return 0
-}
-
-// usageError is a bad command line (exit status 2).
-type usageError string
-
-func (u usageError) Error() string { return string(u) }
-
-func noArgs(cmd string, args []string) error {
-	if len(args) > 0 {
-		return usageError(fmt.Sprintf("%s takes no arguments, not %q", cmd, strings.Join(args, " ")))
-	}
-	return nil
+	return testcluster.CLI{Name: "slurmtest", StateEnv: "GORUN_SLURMTEST_STATE", Usage: usage, Up: up, Down: down, Status: status, Env: env}.Run(args, stdout, stderr)
 }
 
 func up(state string, args []string, stdout, stderr io.Writer) error {
@@ -112,7 +58,7 @@ func up(state string, args []string, stdout, stderr io.Writer) error {
 	gpus := fs.Int("gpus", slurmtest.DefaultGPUs, "fake GPUs per node (0: none)")
 	extra := fs.String("extra", "", "lines appended to slurm.conf")
 	if err := fs.Parse(args); err != nil {
-		return usageError("up: " + err.Error())
+		return testcluster.UsageError("up: " + err.Error())
 	}
 	n := slurmtest.DefaultNodes
 	switch fs.NArg() {
@@ -120,13 +66,13 @@ func up(state string, args []string, stdout, stderr io.Writer) error {
 	case 1:
 		var err error
 		if n, err = strconv.Atoi(fs.Arg(0)); err != nil || n < 1 {
-			return usageError("up: N must be a number of nodes, not " + fs.Arg(0))
+			return testcluster.UsageError("up: N must be a number of nodes, not " + fs.Arg(0))
 		}
 	default:
-		return usageError("usage: up [--cpus C] [--gpus G] [--extra LINES] [N]")
+		return testcluster.UsageError("usage: up [--cpus C] [--gpus G] [--extra LINES] [N]")
 	}
 	if *cpus < 1 || *gpus < 0 {
-		return usageError("up: --cpus must be 1 or more and --gpus 0 or more")
+		return testcluster.UsageError("up: --cpus must be 1 or more and --gpus 0 or more")
 	}
 	o := slurmtest.Options{Nodes: n, CPUs: *cpus, GPUs: *gpus, StateDir: state, Extra: *extra}
 	if *gpus == 0 {
@@ -144,28 +90,12 @@ func up(state string, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func down(state string, args []string, stdout io.Writer) error {
-	if err := noArgs("down", args); err != nil {
-		return err
-	}
-	c, err := slurmtest.Load(state)
-	if err != nil {
-		if _, serr := os.Stat(state); os.IsNotExist(serr) {
-			fmt.Fprintln(stdout, "down: nothing to do")
-			return nil
-		}
-		return err
-	}
-	t0 := time.Now()
-	if err := c.Down(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "down: stopped %d nodes in %d ms\n", len(c.Nodes()), time.Since(t0).Milliseconds())
-	return nil
+func down(state string, args []string, stdout, _ io.Writer) error {
+	return testcluster.DownCommand(state, args, stdout, slurmtest.Load, func(c *slurmtest.Cluster) string { return fmt.Sprintf("%d nodes", len(c.Nodes())) })
 }
 
-func status(state string, args []string, stdout io.Writer) error {
-	if err := noArgs("status", args); err != nil {
+func status(state string, args []string, stdout, _ io.Writer) error {
+	if err := testcluster.NoArgs("status", args); err != nil {
 		return err
 	}
 	c, err := slurmtest.Load(state)
@@ -205,26 +135,19 @@ func status(state string, args []string, stdout io.Writer) error {
 	return nil
 }
 
-func env(state string, args []string, stdout io.Writer) error {
-	if err := noArgs("env", args); err != nil {
+func env(state string, args []string, stdout, _ io.Writer) error {
+	if err := testcluster.NoArgs("env", args); err != nil {
 		return err
 	}
 	c, err := slurmtest.Load(state)
 	if err != nil {
 		return err
 	}
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-	for _, kv := range c.Env() {
-		k, v, _ := strings.Cut(kv, "=")
-		fmt.Fprintf(stdout, "export %s=%s\n", k, q(v))
-	}
-	for _, kv := range [][2]string{
+	testcluster.PrintExports(stdout, c.Env(), [][2]string{
 		{"GORUN_SLURMTEST_STATE", c.Dir},
 		{"SLURMTEST_NODES", strings.Join(c.NodeNames(), " ")},
 		{"SLURMTEST_NODELIST", c.NodeList()},
 		{"SLURMTEST_JOBS_DIR", c.JobsDir},
-	} {
-		fmt.Fprintf(stdout, "export %s=%s\n", kv[0], q(kv[1]))
-	}
+	})
 	return nil
 }
