@@ -2,7 +2,6 @@ package gridenginetest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -416,39 +415,20 @@ func (c *Cluster) HostCommand(ctx context.Context, host, name string, args ...st
 
 // save writes the cluster description for Load.
 func (c *Cluster) save() error {
-	data, err := json.MarshalIndent(record{c, c.master, c.nodes, c.procs, c.route}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("gridenginetest: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(c.Dir, stateFile), append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("gridenginetest: %w", err)
-	}
-	return nil
+	return testcluster.SaveState("gridenginetest", c.Dir, stateFile, record{c, c.master, c.nodes, c.procs, c.route})
 }
 
 // Load returns the cluster that Up left in state directory dir (for a
 // process other than the one that ran Up, such as the gridenginetest
 // command).
 func Load(dir string) (*Cluster, error) {
-	name := filepath.Join(dir, stateFile)
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("gridenginetest: no cluster in %s: %w", dir, err)
-	}
 	r := record{Cluster: new(Cluster)}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("gridenginetest: %s: %w", name, err)
+	name, err := testcluster.LoadState("gridenginetest", dir, stateFile, &r, func() string { return r.Cluster.Dir })
+	if err != nil {
+		return nil, err
 	}
 	c := r.Cluster
 	c.master, c.nodes, c.procs, c.route = r.Master, r.Nodes, r.Procs, r.Route
-	// Down removes c.Dir: it must be the directory the description is in.
-	abs, err := filepath.Abs(dir)
-	if err == nil {
-		abs, err = filepath.EvalSymlinks(abs)
-	}
-	if err != nil || c.Dir == "" || abs != c.Dir {
-		return nil, fmt.Errorf("gridenginetest: %s describes a cluster in %q, not in %s", name, c.Dir, dir)
-	}
 	if c.CommonDir != filepath.Join(c.Dir, "common") || len(c.nodes) == 0 {
 		return nil, fmt.Errorf("gridenginetest: %s: not a cluster description", name)
 	}

@@ -218,36 +218,21 @@ func (c *Cluster) isOurs(pid int, start uint64) bool {
 }
 
 // waitFor polls ready every few milliseconds until it is true, ctx is done,
-// timeout passes or one of the processes in watch exits. more adds to the
-// error.
+// timeout passes or one of the processes in watch exits (testcluster.Wait).
+// more adds to the error.
 func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, watch []*proc, ready func() bool, more ...func() string) error {
-	deadline := time.Now().Add(timeout)
-	tick := 5 * time.Millisecond
-	for {
-		if ready() {
-			return nil
-		}
+	exited := func() string {
 		for _, p := range watch {
 			select {
 			case <-p.done:
-				return fmt.Errorf("gridenginetest: %s exited while waiting for %s%s", p.Name, what, c.logTails())
+				return p.Name
 			default:
 			}
 		}
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			for _, f := range more {
-				b.WriteString("; " + f())
-			}
-			return fmt.Errorf("gridenginetest: timed out after %v waiting for %s%s%s", timeout, what, b.String(), c.logTails())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gridenginetest: waiting for %s: %w", what, ctx.Err())
-		case <-time.After(tick):
-		}
-		tick = min(2*tick, 100*time.Millisecond)
+		return ""
 	}
+	w := testcluster.Wait{Name: "gridenginetest", Tick: 5 * time.Millisecond, MaxTick: 100 * time.Millisecond, Exited: exited, Tails: c.logTails}
+	return w.For(ctx, what, timeout, ready, more...)
 }
 
 // Down stops the cluster: it kills every process of the cluster (every

@@ -141,35 +141,21 @@ func (c *Cluster) start(name string, pdeathsig bool, argv ...string) (*daemon, e
 }
 
 // waitFor polls ready every few milliseconds until it is true, ctx is done,
-// timeout passes or one of the daemons exits. more adds to the error.
+// timeout passes or one of the processes in watch exits (testcluster.Wait).
+// more adds to the error.
 func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, watch []*daemon, ready func() bool, more ...func() string) error {
-	deadline := time.Now().Add(timeout)
-	tick := 2 * time.Millisecond
-	for {
-		if ready() {
-			return nil
-		}
-		for _, d := range watch {
+	exited := func() string {
+		for _, p := range watch {
 			select {
-			case <-d.done:
-				return fmt.Errorf("slurmtest: %s exited while waiting for %s%s", d.Name, what, c.logTails())
+			case <-p.done:
+				return p.Name
 			default:
 			}
 		}
-		if time.Now().After(deadline) {
-			var b strings.Builder
-			for _, f := range more {
-				b.WriteString("; " + f())
-			}
-			return fmt.Errorf("slurmtest: timed out after %v waiting for %s%s%s", timeout, what, b.String(), c.logTails())
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("slurmtest: waiting for %s: %w", what, ctx.Err())
-		case <-time.After(tick):
-		}
-		tick = min(2*tick, 20*time.Millisecond)
+		return ""
 	}
+	w := testcluster.Wait{Name: "slurmtest", Tick: 2 * time.Millisecond, MaxTick: 20 * time.Millisecond, Exited: exited, Tails: c.logTails}
+	return w.For(ctx, what, timeout, ready, more...)
 }
 
 // dials reports whether something accepts connections at addr.

@@ -2,7 +2,6 @@ package slurmtest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -395,38 +394,19 @@ func (c *Cluster) Verify(ctx context.Context) error {
 
 // save writes the cluster description for Load.
 func (c *Cluster) save() error {
-	data, err := json.MarshalIndent(record{c, c.nodes, c.daemons}, "", "  ")
-	if err != nil {
-		return fmt.Errorf("slurmtest: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(c.Dir, stateFile), append(data, '\n'), 0o600); err != nil {
-		return fmt.Errorf("slurmtest: %w", err)
-	}
-	return nil
+	return testcluster.SaveState("slurmtest", c.Dir, stateFile, record{c, c.nodes, c.daemons})
 }
 
 // Load returns the cluster that Up left in state directory dir (for a
 // process other than the one that ran Up, such as the slurmtest command).
 func Load(dir string) (*Cluster, error) {
-	name := filepath.Join(dir, stateFile)
-	data, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("slurmtest: no cluster in %s: %w", dir, err)
-	}
 	r := record{Cluster: new(Cluster)}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("slurmtest: %s: %w", name, err)
+	name, err := testcluster.LoadState("slurmtest", dir, stateFile, &r, func() string { return r.Cluster.Dir })
+	if err != nil {
+		return nil, err
 	}
 	c := r.Cluster
 	c.nodes, c.daemons = r.Nodes, r.Daemons
-	// Down removes c.Dir: it must be the directory the description is in.
-	abs, err := filepath.Abs(dir)
-	if err == nil {
-		abs, err = filepath.EvalSymlinks(abs)
-	}
-	if err != nil || c.Dir == "" || abs != c.Dir {
-		return nil, fmt.Errorf("slurmtest: %s describes a cluster in %q, not in %s", name, c.Dir, dir)
-	}
 	if c.Conf != filepath.Join(c.Dir, "etc", "slurm.conf") || len(c.nodes) == 0 || len(c.daemons) == 0 {
 		return nil, fmt.Errorf("slurmtest: %s: not a cluster description", name)
 	}
