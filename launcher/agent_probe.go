@@ -81,6 +81,7 @@ type probeView struct {
 
 // view takes a probe's view of the agent, on the loop.
 func (a *agent) view() probeView {
+	a.awaitPrep() // stacksDir is the preparation's until it is done
 	out := make([]liveRank, 0, len(a.byPID))
 	for pid, p := range a.byPID {
 		out = append(out, liveRank{p.rank, pid, p.start})
