@@ -343,10 +343,12 @@ func defaultStarter(o Options, plan *Plan) (Starter, error) {
 			}
 			if o.Alloc.Kind == BackendSlurm {
 				m.Remote = NewSlurmStarter(exe, plan, o.Iface, o.Stderr)
-			} else {
-				m.Remote = NewCommandStarter(o.Alloc, exe, o.Stderr)
+				break
 			}
-			break
+			if cs := NewCommandStarter(o.Alloc, exe, o.Stderr); cs != nil {
+				m.Remote = cs
+				break
+			}
 		}
 		logf := func(format string, args ...any) { fmt.Fprintf(o.Stderr, "gorun: "+format+"\n", args...) }
 		if o.Alloc != nil && o.Alloc.Note != "" {
