@@ -2,7 +2,6 @@ package hostfile
 
 import (
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -12,39 +11,23 @@ import (
 // UNDEFINED). The queue and processors fields are not used. A host named
 // on several lines (queues of one host) gets their slots together.
 func ParsePEHostfile(path string) ([]Host, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("hostfile: %w", err)
-	}
-	defer f.Close()
-	m := newMerger("line")
-	err = readLines(f, path, func(n int, line string) error {
+	return parseHostLines(path, func(line string) (Host, bool, error) {
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
-			return nil
+			return Host{}, false, nil
 		}
 		if len(fields) < 2 {
-			return &LineError{File: path, Line: n, Text: line, Err: errorf("want \"host slots queue processors\"")}
+			return Host{}, false, errorf("want \"host slots queue processors\"")
 		}
 		if err := checkName(fields[0]); err != nil {
-			return &LineError{File: path, Line: n, Text: line, Err: err}
+			return Host{}, false, err
 		}
 		slots, err := parseCount("slot count", fields[1], 1, maxCount)
-		if err == nil {
-			err = m.add(Host{Name: fields[0], Slots: slots}, n)
-		}
 		if err != nil {
-			return &LineError{File: path, Line: n, Text: line, Err: err}
+			return Host{}, false, err
 		}
-		return nil
+		return Host{Name: fields[0], Slots: slots}, true, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if len(m.hosts) == 0 {
-		return nil, &LineError{File: path, Err: errorf("no hosts")}
-	}
-	return m.hosts, nil
 }
 
 // FromLSFHosts reads LSF's LSB_MCPU_HOSTS: host names each followed by its
