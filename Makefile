@@ -97,7 +97,7 @@ run: gorun
 
 # The whole test suite, on a fresh Debian 12 machine as root.
 test: check
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -race -count=1 -timeout 18m ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./topology/... ./env   # the static build: NVML absent, and saying why
 	./scripts/install-check.sh
 	./scripts/third-party-check.sh
