@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/testcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,14 +42,7 @@ type Job struct {
 // JobsDir and returns its path. body should start with "#!" (the queue's
 // shell_start_mode is unix_behavior).
 func (c *Cluster) WriteScript(name, body string) (string, error) {
-	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
-		return "", fmt.Errorf("gridenginetest: script name %q: want a file name without a directory", name)
-	}
-	p := filepath.Join(c.JobsDir, name)
-	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
-		return "", fmt.Errorf("gridenginetest: %w", err)
-	}
-	return p, nil
+	return testcluster.WriteScript("gridenginetest", c.JobsDir, name, body)
 }
 
 // RunPE runs `qsub -sync y -pe gorun SLOTS ARGS... SCRIPT` (see QsubSync):

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/testcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,14 +52,7 @@ var finalStates = []string{"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_
 // WriteScript writes an executable batch script (mode 0755) named name
 // into JobsDir and returns its path. body should start with "#!".
 func (c *Cluster) WriteScript(name, body string) (string, error) {
-	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
-		return "", fmt.Errorf("slurmtest: script name %q: want a file name without a directory", name)
-	}
-	p := filepath.Join(c.JobsDir, name)
-	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
-		return "", fmt.Errorf("slurmtest: %w", err)
-	}
-	return p, nil
+	return testcluster.WriteScript("slurmtest", c.JobsDir, name, body)
 }
 
 // SbatchWait runs `sbatch --wait --parsable --output=JobsDir/slurm-%j.out

@@ -23,18 +23,20 @@ type agentFlags struct {
 
 // agentCommand is `gorun agent`, the per-host agent that gorun starts on
 // every host (hidden: users never type it). main runs it without the app
-// (agentMain); the command is here for the app's help and completion.
-func agentCommand(stderr io.Writer) *cli.Command {
+// (agentMain); the command is here for a command line that reaches it
+// through the app, and hands its arguments to agentMain, which reads them.
+func agentCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "agent",
-		Usage:  "run gorun's per-host agent (started by gorun itself)",
-		Hidden: true,
-		Flags: []cli.Flag{&cli.StringFlag{Name: "host", Usage: "the host's name in the plan"},
-			&cli.StringFlag{Name: "connect", Usage: "connect back to the head at these host:port addresses (agents started by srun, or by a per-node launch)"},
-			&cli.BoolFlag{Name: "leave-on-signal", Usage: "on SIGTERM, SIGINT or SIGHUP stop this node's ranks and leave (an elastic per-node launch)"}},
+		Name:            "agent",
+		Usage:           "run gorun's per-host agent (started by gorun itself)",
+		Hidden:          true,
+		SkipFlagParsing: true,
+		HideHelp:        true,
 		Action: func(c *cli.Context) error {
-			return runAgent(agentFlags{host: c.String("host"), hostSet: c.IsSet("host"), connect: c.String("connect"),
-				leave: c.Bool("leave-on-signal")}, stderr)
+			if code := agentMain(c.Args().Slice()); code != 0 {
+				return errExit{code: code}
+			}
+			return nil
 		},
 	}
 }
@@ -42,8 +44,8 @@ func agentCommand(stderr io.Writer) *cli.Command {
 // agentMain runs `gorun agent ARGS` as main's first step, without the
 // app: the agent is on the path of every job's start, and the app's
 // flags, configuration and personalities (some 0.4 ms) are none of its
-// business. It takes the same flags as agentCommand, with the standard
-// library's syntax (-host H, --host=H), and returns the exit status.
+// business. Its flags (the standard library's syntax: -host H, --host=H)
+// are --host, --connect and --leave-on-signal; it returns the exit status.
 func agentMain(args []string) int {
 	fs := flag.NewFlagSet("gorun agent", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)

@@ -119,7 +119,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 			return runJob(c, stdout, stderr)
 		},
 		Commands: []*cli.Command{
-			agentCommand(stderr),
+			agentCommand(),
 			{
 				Name:      "check",
 				Usage:     "preflight: reach every host, report latency, gorun version, CPUs, GPUs, the program's path and which hosts reach each other; with --net, measure the links between them",

@@ -42,3 +42,17 @@ func LoadState(pkg, dir, file string, v any, dirOf func() string) (string, error
 	}
 	return name, nil
 }
+
+// WriteScript writes an executable job script (mode 0755) named name into
+// dir and returns its path; name must be a plain file name. pkg prefixes
+// the errors.
+func WriteScript(pkg, dir, name, body string) (string, error) {
+	if name == "" || name != filepath.Base(name) || name == "." || name == ".." {
+		return "", fmt.Errorf("%s: script name %q: want a file name without a directory", pkg, name)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+		return "", fmt.Errorf("%s: %w", pkg, err)
+	}
+	return p, nil
+}
