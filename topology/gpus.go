@@ -1,6 +1,8 @@
 package topology
 
 import (
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -53,6 +55,14 @@ func gpuVendor(vendor, class string) string {
 	return ""
 }
 
+// gpuClass reports whether a PCI class (sysfs's "0x030200") is one that
+// gpuVendor takes for some vendor: display (0x03) or processing
+// accelerator (0x12).
+func gpuClass(class string) bool {
+	cls := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(class)), "0x")
+	return strings.HasPrefix(cls, "03") || strings.HasPrefix(cls, "12")
+}
+
 // vendorRank orders vendors in Node.GPUs: NVIDIA, AMD, Intel.
 func vendorRank(v string) int {
 	switch v {
@@ -73,15 +83,42 @@ func CountGPUs(sysroot fs.FS) int {
 		return 0
 	}
 	n := 0
+	var cbuf, vbuf [32]byte
 	for _, e := range ents {
+		// The class first: most of a node's PCI functions (bridges, NICs,
+		// switches: hundreds on a GPU node) are no display or processing
+		// accelerator, and their vendor need not be read.
 		dir := path.Join(pciDevicesPath, e.Name())
-		vendor, err1 := fs.ReadFile(sysroot, dir+"/vendor")
-		class, err2 := fs.ReadFile(sysroot, dir+"/class")
-		if err1 == nil && err2 == nil && gpuVendor(string(vendor), string(class)) != "" {
+		class, err := readAttr(sysroot, dir+"/class", cbuf[:])
+		if err != nil || !gpuClass(class) {
+			continue
+		}
+		vendor, err := readAttr(sysroot, dir+"/vendor", vbuf[:])
+		if err == nil && gpuVendor(vendor, class) != "" {
 			n++
 		}
 	}
 	return n
+}
+
+// readAttr reads a sysfs attribute of at most len(buf) bytes ("0x10de\n")
+// with one read: open, read, close, where fs.ReadFile also stats the file
+// and reads again for the end (gorun's head and each agent count GPUs as
+// they start). A longer file is an error.
+func readAttr(fsys fs.FS, name string, buf []byte) (string, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	n, err := f.Read(buf)
+	if err != nil && err != io.EOF {
+		return "", err
+	}
+	if n == len(buf) {
+		return "", fmt.Errorf("%s: longer than %d bytes", name, len(buf))
+	}
+	return string(buf[:n]), nil
 }
 
 // BindableGPUs returns the GPUs ranks are bound to by default, as

@@ -61,6 +61,11 @@ func TestGPUVendor(t *testing.T) {
 		if got := gpuVendor(tt.vendor, tt.class); got != tt.want {
 			t.Errorf("%s: gpuVendor(%q, %q) = %q, want %q", tt.what, tt.vendor, tt.class, got, tt.want)
 		}
+		// CountGPUs reads a function's vendor only where gpuClass passes
+		// its class: it must pass every class a GPU has.
+		if tt.want != "" && !gpuClass(tt.class) {
+			t.Errorf("%s: gpuClass(%q) = false for a GPU", tt.what, tt.class)
+		}
 	}
 }
 
