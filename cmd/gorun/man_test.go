@@ -18,6 +18,7 @@ import (
 
 	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/launcher"
+	"github.com/gorun/gorun/rendezvous"
 )
 
 // manDir is the repository's man directory, seen from this package.
@@ -100,6 +101,34 @@ func TestManPageDocumentsEveryFlag(t *testing.T) {
 	check(1, "h")
 	check(2, "help")
 	check(2, "version")
+}
+
+// TestHelpShowsEveryFlag checks that gorun --help, whose options are
+// rendered only when help is shown (helpExtra), lists every visible
+// setting with its default, and the commands.
+func TestHelpShowsEveryFlag(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	if err := newApp(&out, &errb).Run([]string{"gorun", "--help"}); err != nil {
+		t.Fatalf("gorun --help: %v\n%s", err, errb.String())
+	}
+	help := out.String()
+	for _, want := range []string{"OPTIONS:", "COMMANDS:", "EXAMPLES", "--version"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("gorun --help lacks %q:\n%s", want, help)
+		}
+	}
+	for _, s := range settings {
+		if s.hidden {
+			continue
+		}
+		if names := strings.Join(s.names(), ", "); !strings.Contains(help, "\n   "+names+" ") {
+			t.Errorf("gorun --help does not list %s", names)
+		}
+	}
+	if !strings.Contains(help, "(default: "+rendezvous.DefaultRankBudget.String()+")") {
+		t.Errorf("gorun --help does not show --kv-rank-budget's default")
+	}
 }
 
 // TestManPageDocumentsEveryCommand checks that COMMANDS in man/gorun.1 has
