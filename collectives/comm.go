@@ -347,7 +347,11 @@ func (c *Communicator) watch(peer int) {
 		defer c.wg.Done()
 		buf := make([]byte, EagerBytes)
 		for {
-			n, err := c.p2p.Irecv(c.ctx, c.world[peer], c.tag(classCtrl, 0), buf).Wait()
+			t := c.p2p.Irecv(c.ctx, c.world[peer], c.tag(classCtrl, 0), buf)
+			if b, ok := t.(interface{ background() }); ok {
+				b.background()
+			}
+			n, err := t.Wait()
 			if c.ctx.Err() != nil {
 				return
 			}

@@ -95,7 +95,22 @@ type xfer struct {
 	reqa  [2]transport.Request // backing of reqs for the common cases
 	held  bool                 // a request may still be in flight: never reuse
 	small bool                 // at most combineBytes
+	bg    bool                 // a background transfer (see background)
 	rel   releaser             // the connection, when it reuses requests
+}
+
+// background makes the transfer's Wait a background one: it waits for
+// messages that may never come (a watcher's, for control messages), and
+// when it parks it does not have its peers wake it (request.Idler). Such
+// a message arrives with this rank's next poll, or when one of its
+// operations' Waits parks.
+func (x *xfer) background() {
+	x.bg = true
+	for _, r := range x.reqs {
+		if b, ok := r.(interface{ SetBackground() }); ok {
+			b.SetBackground()
+		}
+	}
 }
 
 // releaser is a transport connection that reuses the requests its caller
@@ -174,7 +189,7 @@ func (x *xfer) wait() {
 			if done, n, err := x.reqs[i].Test(); done {
 				total += n
 				if err != nil {
-					x.e.parking()
+					x.e.stopPolling()
 					x.end(total, err)
 					return
 				}
@@ -197,7 +212,10 @@ func (x *xfer) wait() {
 				runtime.Gosched()
 			}
 		}
-		x.e.parking() // before blocking: the peer must ring again
+		// Before blocking: each request's Wait has its own connection's
+		// peer ring it (request.Idler), the others ring for what needs
+		// this side's progress.
+		x.e.stopPolling()
 	}
 	for ; i < len(x.reqs); i++ {
 		n, err := x.reqs[i].Wait(x.ctx)
@@ -255,16 +273,22 @@ type poller interface {
 	Parking()
 }
 
-// polling and parking bracket a spin over every poller.
+// polling and stopPolling bracket a spin over every poller. A poller
+// that is a request.Idler is told Idle: it has its peer ring it for
+// everything only while a Wait is parked on it.
 func (e *endpoint) polling() {
 	for _, p := range e.pollers {
 		p.Polling()
 	}
 }
 
-func (e *endpoint) parking() {
+func (e *endpoint) stopPolling() {
 	for _, p := range e.pollers {
-		p.Parking()
+		if id, ok := p.(request.Idler); ok {
+			id.Idle()
+		} else {
+			p.Parking()
+		}
 	}
 }
 

@@ -37,6 +37,24 @@ type Poller interface {
 	Parking()
 }
 
+// Idler is a Poller that asks its peer to wake it only while a Wait is
+// parked on it, not whenever no Wait polls: between the calls of a rank
+// that is busy, a peer's eager message waits in the ring for the next
+// poll, and ringing for it (a system call, and a thread woken on the
+// rank's side that takes a CPU from it) would cost more than the message.
+//
+// A Wait that stops polling calls Idle, not Parking; one that then parks
+// calls Blocking before and Unblocked after, unless its request was made
+// a background one (SetBackground): a Wait for messages that may never
+// come, such as a watcher's for control messages, which then arrive with
+// the next poll or the next Wait that parks.
+type Idler interface {
+	Poller
+	Idle()
+	Blocking()
+	Unblocked()
+}
+
 // Request is a transport.Request. The zero value is a pending request
 // that its transport makes all progress for; New and Reset give it a
 // Poller.
@@ -47,6 +65,7 @@ type Request struct {
 	n     int
 	err   error
 	p     Poller
+	bg    bool // a background request: its Wait does not ask to be woken
 }
 
 var _ transport.Request = (*Request)(nil)
@@ -62,7 +81,7 @@ func New(p Poller) *Request {
 // The channel a parked Wait made stays, emptied.
 func (r *Request) Reset(p Poller) {
 	r.state.Store(pending)
-	r.n, r.err, r.p = 0, nil, p
+	r.n, r.err, r.p, r.bg = 0, nil, p, false
 	if r.ch != nil {
 		select {
 		case <-r.ch:
@@ -135,12 +154,21 @@ func (r *Request) Test() (bool, int, error) {
 	return true, n, err
 }
 
+// SetBackground makes the request's Wait a background one (see Idler):
+// it does not ask the peer to wake it when it parks. Its owner calls it
+// before it waits; Reset undoes it.
+func (r *Request) SetBackground() { r.bg = true }
+
 // Wait implements transport.Request.
 func (r *Request) Wait(ctx context.Context) (int, error) {
 	if s := r.state.Load(); s == consumed {
 		return 0, transport.ErrRequestDone
 	} else if s == pending && r.p != nil {
 		r.spin(ctx)
+	}
+	if id, ok := r.p.(Idler); ok && !r.bg && r.Pending() {
+		id.Blocking()
+		defer id.Unblocked()
 	}
 	// A channel only for a Wait that parks: most requests complete while
 	// one spins, or before anyone waits.
@@ -169,15 +197,20 @@ func (r *Request) Wait(ctx context.Context) (int, error) {
 }
 
 // spin polls until the request is done, ctx ends, or Spin passes without
-// progress. Whatever it returns with, the transport's own goroutine is
-// watching again.
+// progress. Whatever it returns with, it has told the Poller that it
+// stopped polling (Parking, or Idle for an Idler, which Wait then tells
+// Blocking if it parks): the transport's own goroutine is watching again.
 func (r *Request) spin(ctx context.Context) {
 	limit := r.p.Spin()
 	if limit <= 0 {
 		return
 	}
 	r.p.Polling()
-	defer r.p.Parking()
+	if id, ok := r.p.(Idler); ok {
+		defer id.Idle()
+	} else {
+		defer r.p.Parking()
+	}
 	last := time.Now()
 	for i := 0; r.Pending(); i++ {
 		if r.p.Poll() {

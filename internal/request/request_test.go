@@ -3,6 +3,7 @@ package request
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,6 +91,65 @@ func TestSpin(t *testing.T) {
 	defer cancel()
 	if _, err := p.r.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) || p.polling != 0 {
 		t.Fatalf("Wait = %v, polling %d", err, p.polling)
+	}
+}
+
+// idler is a poller that is a request.Idler and records its calls.
+type idler struct {
+	poller
+	calls []string
+}
+
+func (p *idler) Polling()   { p.poller.Polling(); p.calls = append(p.calls, "polling") }
+func (p *idler) Parking()   { p.poller.Parking(); p.calls = append(p.calls, "parking") }
+func (p *idler) Idle()      { p.poller.Parking(); p.calls = append(p.calls, "idle") }
+func (p *idler) Blocking()  { p.calls = append(p.calls, "blocking") }
+func (p *idler) Unblocked() { p.calls = append(p.calls, "unblocked") }
+
+// An Idler hears why a Wait stops polling: Idle when it is done, Idle
+// then Blocking and Unblocked around a park, and no Blocking for a
+// background request or one that is done before it would park.
+func TestIdler(t *testing.T) {
+	tests := []struct {
+		name  string
+		polls int           // polls before the one that completes
+		spin  time.Duration // the Poller's Spin
+		bg    bool
+		want  string
+	}{
+		{"done while spinning", 0, time.Second, false, "polling idle"},
+		{"parks", -1 << 30, time.Millisecond, false, "polling idle blocking unblocked"},
+		{"parks without spinning", -1 << 30, 0, false, "blocking unblocked"},
+		{"background parks", -1 << 30, time.Millisecond, true, "polling idle"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := &idler{poller: poller{polls: tt.polls, spin: tt.spin}}
+			r := New(p)
+			p.r = r
+			if tt.bg {
+				r.SetBackground()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			defer cancel()
+			r.Wait(ctx)
+			if got := strings.Join(p.calls, " "); got != tt.want || p.polling != 0 {
+				t.Errorf("calls %q (polling %d), want %q", got, p.polling, tt.want)
+			}
+		})
+	}
+	// Reset makes a background request an ordinary one again.
+	p := &idler{poller: poller{polls: -1 << 30, spin: 0}}
+	r := New(p)
+	r.SetBackground()
+	r.Complete(1, nil)
+	r.Wait(context.Background())
+	r.Reset(p)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	r.Wait(ctx)
+	if got := strings.Join(p.calls, " "); got != "blocking unblocked" {
+		t.Errorf("after Reset: calls %q, want a parked Wait's", got)
 	}
 }
 

@@ -45,6 +45,7 @@ type endpoint struct {
 	closed  bool  // Close was called
 	down    bool  // torn down: the segment is unmapped
 	polling int   // Waits spinning on this side
+	blocked int   // Waits parked on this side (request.Idler's Blocking)
 
 	dieOnce   sync.Once
 	dead      chan struct{}
@@ -124,8 +125,26 @@ func (e *endpoint) Polling() {
 	}
 }
 
-// Parking implements request.Poller: a Wait stops polling; arm the doorbell if it was the last.
+// Parking implements request.Poller: a Wait stops polling, and may park.
+// Not knowing which, the side asks to be rung for everything, as for a
+// parked Wait, until the next Wait or the progress goroutine arms it
+// again. The transport's own callers say which with Idle and Blocking.
 func (e *endpoint) Parking() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.polling--
+	if e.polling == 0 && !e.down {
+		atomic.StoreUint32(e.myFlag, e.side.flag())
+		e.side.poll()
+		if e.side.busy() {
+			e.bell.ring()
+		}
+	}
+}
+
+// Idle implements request.Idler: a Wait stops polling without parking;
+// arm the doorbell if it was the last.
+func (e *endpoint) Idle() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.polling--
@@ -133,6 +152,26 @@ func (e *endpoint) Parking() {
 		e.arm()
 		e.settle()
 	}
+}
+
+// Blocking implements request.Idler: a Wait is about to park until its
+// request completes; from now on the peer rings for everything.
+func (e *endpoint) Blocking() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.blocked++
+	if e.polling == 0 && !e.down {
+		e.arm()
+		e.settle()
+	}
+}
+
+// Unblocked implements request.Idler: a parked Wait resumed. The flag is
+// left as it is (at worst a ring too many) until the next arm.
+func (e *endpoint) Unblocked() {
+	e.mu.Lock()
+	e.blocked--
+	e.mu.Unlock()
 }
 
 // settle makes sure that, when no Wait polls this side, what it still has
@@ -143,7 +182,7 @@ func (e *endpoint) settle() {
 	if e.polling > 0 {
 		return
 	}
-	if v := atomic.LoadUint32(e.myFlag); v != 0 && v != e.side.flag() {
+	if v := atomic.LoadUint32(e.myFlag); v != 0 && v != e.want() {
 		e.arm()
 	}
 	if e.side.busy() {
@@ -151,10 +190,21 @@ func (e *endpoint) settle() {
 	}
 }
 
+// want is the doorbell flag while no Wait polls: what the side waits
+// for, and with a Wait parked every publication (flagParked), else only
+// those that need this side's progress (flagIdle). e.mu must be held.
+func (e *endpoint) want() uint32 {
+	f := e.side.flag()
+	if e.blocked == 0 {
+		f = f&^flagParked | flagIdle
+	}
+	return f
+}
+
 // arm asks the peer to ring from now on, then looks once more for what
 // the peer published before it could see the flag; e.mu must be held.
 func (e *endpoint) arm() bool {
-	atomic.StoreUint32(e.myFlag, e.side.flag())
+	atomic.StoreUint32(e.myFlag, e.want())
 	return e.side.poll()
 }
 
@@ -420,6 +470,8 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		r.eager = true
 		c.eagerSent += cost
 		if len(c.out) == 0 && c.seg.data.Put(recEager, tag, r.seq, uint64(len(buf)), buf) {
+			// Only a parked receiver is rung: an idle one finds the
+			// message at its next poll.
 			c.ringPeer(flagParked)
 			r.mh = nil
 			r.SetDone(len(buf), nil)
@@ -431,7 +483,10 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 		m.Uses.Add(1)
 	}
 	c.out = append(c.out, r)
-	c.flush()
+	if !c.flush() || len(c.out) > 0 {
+		// The ring is full: an idle receiver must make room.
+		c.ringPeer(flagParked | flagIdle)
+	}
 	c.settle()
 	return r, nil
 }
@@ -460,7 +515,7 @@ func (c *sendConn) Release(tr transport.Request) {
 // flush copies the waiting eager and RTS records into the ring while
 // there is room, and reports whether it did any.
 func (c *sendConn) flush() bool {
-	n := 0
+	n, rdv := 0, false
 	for _, r := range c.out {
 		var ok bool
 		switch {
@@ -486,6 +541,7 @@ func (c *sendConn) flush() bool {
 			c.complete(r)
 		} else {
 			c.rdv[r.seq] = r
+			rdv = true
 		}
 	}
 	if n == 0 {
@@ -493,7 +549,11 @@ func (c *sendConn) flush() bool {
 	}
 	clear(c.out[:n])
 	c.out = c.out[n:]
-	c.ringPeer(flagParked)
+	if rdv {
+		c.ringPeer(flagParked | flagIdle) // the receiver's progress moves it
+	} else {
+		c.ringPeer(flagParked)
+	}
 	return true
 }
 
@@ -573,7 +633,7 @@ func (c *sendConn) poll() bool {
 		}
 	}
 	if pushed {
-		c.ringPeer(flagParked)
+		c.ringPeer(flagParked | flagIdle)
 		worked = true
 	}
 	return worked
@@ -847,7 +907,7 @@ func (c *recvConn) ctrl(typ uint32, a, b uint64) {
 func (c *recvConn) publish() {
 	if c.kick && !c.down {
 		c.kick = false
-		c.ringPeer(flagParked)
+		c.ringPeer(flagParked | flagIdle)
 	}
 }
 

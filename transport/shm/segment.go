@@ -43,6 +43,10 @@ const (
 	maxRingSize   = 1 << 30
 	flagParked    = 1 // ring me when you publish something for me
 	flagWantSpace = 2 // and when you free room in the ring I write
+	// flagIdle: nobody polls or waits on this side; ring me for what needs
+	// my progress (a rendezvous, a control record, queued records), not
+	// for an eager message, which waits in the ring for my next poll.
+	flagIdle = 4
 )
 
 // segment is a mapped connection segment.
