@@ -184,7 +184,11 @@ func (x *xfer) wait() {
 		if x.e.crowded && x.small {
 			spin = spinCrowded
 		}
+		// The spin ends after spin without progress, measured every 16
+		// turns: progress marks the clock stale (moved) instead of
+		// reading it on every turn that made some.
 		last := time.Now()
+		moved := false
 		for k := 0; i < len(x.reqs); k++ {
 			if done, n, err := x.reqs[i].Test(); done {
 				total += n
@@ -194,15 +198,22 @@ func (x *xfer) wait() {
 					return
 				}
 				i++
-				last = time.Now()
+				moved = true
 				continue
 			}
 			if x.e.poll() {
-				last = time.Now()
+				moved = true
 				continue
 			}
-			if k&15 == 15 && (x.ctx.Err() != nil || time.Since(last) > spin) {
-				break
+			if k&15 == 15 {
+				if x.ctx.Err() != nil {
+					break
+				}
+				if moved {
+					last, moved = time.Now(), false
+				} else if time.Since(last) > spin {
+					break
+				}
 			}
 			if x.e.crowded {
 				// More ranks than CPUs here: give the CPU to the ranks
