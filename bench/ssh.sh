@@ -29,6 +29,9 @@
 #        PEER_KEX    key exchange of the peers' second run in parts 1 and 2 (default
 #                    curve25519-sha256, gorun's; "" leaves that run out)
 #        KEEP_HOSTS  1: leave the hosts up at the end (and reuse hosts already up in STATE)
+#        BEFORE      another gorun binary (an earlier build, static as this one) to run
+#                    beside gorun in parts 1 and 2, as "before"; it is copied to
+#                    bench/.bin/gorun-before, where the hosts see it
 #        STATE       the fixture's state folder (default bench/.state/ssh, gitignored)
 #        OUT         results folder (default bench/results/ssh-DATE)
 # Output: markdown tables on stdout and in OUT/table.md; raw per-run JSON in OUT.
@@ -71,6 +74,8 @@ if [ "${1:-}" = --in-head ]; then
   OMPI_X="$OMPI --allow-run-as-root --mca plm_rsh_args -F$CFG --mca oob_tcp_if_include $TESTHOSTS_SUBNET"
   HYDRA_X="$HYDRA -launcher ssh -launcher-exec $TESTHOSTS_SSH"
   GORUN_X="$GORUN --ssh-config $CFG"
+  BEFORE_X=""
+  [ -z "$BEFORE" ] || BEFORE_X="$BEFORE --ssh-config $CFG"
   # The peers again with PEER_KEX: a copy of the config (its last Host block matches
   # every host; the line lands there) and an ssh wrapper for hydra.
   CFG_K=$OUT/ssh_config-kex
@@ -97,6 +102,7 @@ if [ "${1:-}" = --in-head ]; then
       echo "$tag:"
       echo "  gorun:   $GORUN_X --hostfile $hf -np $np $cmd"
       echo "  gorun-no-stage: $GORUN_X --no-stage --hostfile $hf -np $np $cmd"
+      [ -z "$BEFORE_X" ] || echo "  before:  $BEFORE_X --hostfile $hf -np $np $cmd"
       echo "  openmpi: $OMPI_X --host $hosts -np $np $cmd"
       echo "  mpich:   $HYDRA_X -hosts $hosts -n $np $cmd"
       echo "  ssh:     $OUT/sshpar.sh $CFG $(hostlist "$n" "" | tr , ' ')"
@@ -110,6 +116,7 @@ if [ "${1:-}" = --in-head ]; then
       --json "$OUT/$file.json" --tag "$tag" \
       "gorun=$GORUN_X --hostfile $hf -np $np $cmd" \
       "gorun-no-stage=$GORUN_X --no-stage --hostfile $hf -np $np $cmd" \
+      ${BEFORE_X:+"before=$BEFORE_X --hostfile $hf -np $np $cmd"} \
       "openmpi=$OMPI_X --host $hosts -np $np $cmd" \
       "mpich=$HYDRA_X -hosts $hosts -n $np $cmd" \
       "ssh=$OUT/sshpar.sh $CFG $(hostlist "$n" "" | tr , ' ')" \
@@ -268,6 +275,15 @@ fi
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
 
+BEFORE_SRC=${BEFORE:-}
+BEFORE=""
+if [ -n "$BEFORE_SRC" ]; then
+  [ -x "$BEFORE_SRC" ] || { echo "ssh.sh: BEFORE=$BEFORE_SRC: not an executable" >&2; exit 1; }
+  cp "$BEFORE_SRC" "$BENCH/.bin/gorun-before"
+  BEFORE=$BENCH/.bin/gorun-before
+  echo "before: $BEFORE_SRC: $("$BEFORE" --version 2>&1 | head -1)" | tee -a "$OUT/env.txt"
+fi
+
 # Part 5's gorun at a path that only the head has: its /tmp (the hosts' /tmp is theirs).
 STAGED=""
 if want 5; then
@@ -276,7 +292,7 @@ if want 5; then
   STAGED=$STAGED_DIR/gorun
 fi
 
-export OUT RUNS WARMUP TIMEOUT BIG PARTS PEER_KEX PY GORUN OMPI HYDRA STAGED
+export OUT RUNS WARMUP TIMEOUT BIG PARTS PEER_KEX PY GORUN OMPI HYDRA STAGED BEFORE
 export TESTHOSTS_SSH_CONFIG TESTHOSTS_SSH TESTHOSTS_SUBNET
 "$TH" --state "$STATE" head "$BENCH/ssh.sh" --in-head
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT/env.txt"

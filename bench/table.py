@@ -10,7 +10,8 @@
 
 One row per K. Cells: median (min-max) in ms over completed runs; gorun/peer is
 gorun's median over the faster peer's median; hangs are runs killed at the timeout.
---by-tag adds gorun's ratio to each peer, the command labelled "gorun-no-stage" if
+--by-tag adds gorun's ratio to each peer, the command labelled "before" (ssh.sh's
+BEFORE) with gorun's ratio to it if there is one, the command labelled "gorun-no-stage" if
 any, and the one labelled "ssh" (a plain ssh round trip to each host: the floor). --phases makes one row per
 command (label) of every file: medians over the runs that left a summary (connected_ns
 is "-" for a gorun that does not record it). --pair makes one row per file: gorun and
@@ -87,6 +88,7 @@ def by_tag(paths, suffix=""):
     labels = ["gorun", "openmpi" + suffix, "mpich" + suffix]
     rows = []
     any_ns = any(x["label"] == "gorun-no-stage" for p in paths for x in json.load(open(p))["tools"])
+    any_bf = any(x["label"] == "before" for p in paths for x in json.load(open(p))["tools"])
     for p in paths:
         d = json.load(open(p))
         t = {x["label"]: x for x in d["tools"]}
@@ -98,6 +100,8 @@ def by_tag(paths, suffix=""):
         fails = " / ".join(str(t[l]["failures"]) if l in t else "-" for l in labels)
         ns = t.get("gorun-no-stage")
         extra = f" {cell(ns)} ({ratio(ns, m)}) |" if any_ns else ""
+        if any_bf:
+            extra += f" {cell(t.get('before'))} ({ratio(g, t.get('before'))}) |"
         rows.append(f"| {d['tag']} | {cell(g)} | {cell(o)} | {cell(m)} | "
                     f"{ratio(g, o)} | {ratio(g, m)} |{extra} {cell(t.get('ssh' + suffix))} | {hangs} | {fails} | {d['runs']} |")
     if not rows:
@@ -105,6 +109,8 @@ def by_tag(paths, suffix=""):
     head = "| case | gorun ms | Open MPI mpirun ms | MPICH hydra ms | gorun / Open MPI | gorun / MPICH |"
     if any_ns:
         head += " gorun --no-stage ms (/ MPICH) |"
+    if any_bf:
+        head += " before ms (gorun / before) |"
     print(head + " ssh floor ms | hangs gorun / ompi / mpich | failures | runs |")
     print("|---" * head.count("|") + "|---|---|---|")
     print("\n".join(rows))
