@@ -95,7 +95,6 @@ type xfer struct {
 	reqa  [2]transport.Request // backing of reqs for the common cases
 	held  bool                 // a request may still be in flight: never reuse
 	small bool                 // at most combineBytes
-	bg    bool                 // a background transfer (see background)
 	rel   releaser             // the connection, when it reuses requests
 }
 
@@ -105,7 +104,6 @@ type xfer struct {
 // a message arrives with this rank's next poll, or when one of its
 // operations' Waits parks.
 func (x *xfer) background() {
-	x.bg = true
 	for _, r := range x.reqs {
 		if b, ok := r.(interface{ SetBackground() }); ok {
 			b.SetBackground()

@@ -126,19 +126,18 @@ func (e *endpoint) Polling() {
 }
 
 // Parking implements request.Poller: a Wait stops polling, and may park.
-// Not knowing which, the side asks to be rung for everything, as for a
-// parked Wait, until the next Wait or the progress goroutine arms it
-// again. The transport's own callers say which with Idle and Blocking.
+// Its caller does not say whether it parks, or when it resumes (request's
+// and collectives' say, with request.Idler's methods): the side takes it
+// for a Wait parked for good, and asks to be rung for everything from now
+// on, as before there were idle sides.
 func (e *endpoint) Parking() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.polling--
+	e.blocked++
 	if e.polling == 0 && !e.down {
-		atomic.StoreUint32(e.myFlag, e.side.flag())
-		e.side.poll()
-		if e.side.busy() {
-			e.bell.ring()
-		}
+		e.arm()
+		e.settle()
 	}
 }
 

@@ -97,3 +97,24 @@ func TestParkedWaitRungAfterIdle(t *testing.T) {
 		t.Fatal("the parked Wait was not woken by its message")
 	}
 }
+
+// TestParkingRingsForEverything checks the fallback for a caller that
+// says only Parking, not whether its Wait parks or when it resumes: the
+// side is rung for every message from then on, also after later polls.
+func TestParkingRingsForEverything(t *testing.T) {
+	_, rc := pair(t, Options{})
+	rc.Polling()
+	rc.Idle()
+	if f := atomic.LoadUint32(rc.myFlag); f != flagIdle {
+		t.Fatalf("flag after Idle = %d, want flagIdle", f)
+	}
+	rc.Polling()
+	rc.Parking()
+	rc.Polling()
+	rc.Poll()
+	rc.Idle()
+	rc.Poll()
+	if f := atomic.LoadUint32(rc.myFlag); f&flagParked == 0 {
+		t.Fatalf("flag after Parking and later polls = %d, want flagParked set", f)
+	}
+}
