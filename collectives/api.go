@@ -71,7 +71,7 @@ func (o *task) allreduce(buf []byte) error {
 	if ok, err := o.offload(buf, buf, len(buf)/o.esz(), 0); ok {
 		return err
 	}
-	ch := c.Choose(CollAllReduce, int64(len(buf)))
+	ch := c.choose(CollAllReduce, int64(len(buf)), false)
 	if c.size > 1 {
 		if ch.Algorithm == AlgoHierarchical {
 			if err := o.allreduceHier(ch, buf); err != nil {
@@ -152,7 +152,7 @@ func (o *task) broadcast(buf []byte, root int) error {
 	if ok, err := o.offload(buf, buf, len(buf)/o.esz(), root); ok {
 		return err
 	}
-	ch := c.Choose(CollBroadcast, int64(len(buf)))
+	ch := c.choose(CollBroadcast, int64(len(buf)), false)
 	if ch.Algorithm != AlgoHierarchical {
 		o.setAlgo(ch.Algorithm, 0)
 		return o.bcastAlgo(ch.Algorithm, c.whole(), buf, root)
@@ -210,7 +210,7 @@ func ReduceAsync[T Element](ctx context.Context, c *Communicator, buf []T, op Op
 func (o *task) reduceRoot(buf []byte, root int) error {
 	c := o.c
 	if c.size > 1 {
-		ch := c.Choose(CollReduce, int64(len(buf)))
+		ch := c.choose(CollReduce, int64(len(buf)), false)
 		if ch.Algorithm != AlgoHierarchical {
 			o.setAlgo(ch.Algorithm, 0)
 			if err := o.reduceAlgo(ch.Algorithm, c.whole(), buf, root); err != nil {
@@ -268,7 +268,7 @@ func (o *task) allgather(s, r []byte) error {
 	}
 	off := blocks(len(r)/o.esz(), c.size, o.esz())
 	copy(r[off[c.rank]:off[c.rank+1]], s)
-	ch := c.Choose(CollAllGather, int64(len(r)))
+	ch := c.choose(CollAllGather, int64(len(r)), false)
 	o.setAlgo(ch.Algorithm, 0)
 	return o.allgatherAlgo(ch.Algorithm, c.whole(), r, off)
 }
@@ -313,7 +313,7 @@ func (o *task) reduceScatter(s, r []byte) error {
 	off := blocks(len(s)/o.esz(), c.size, o.esz())
 	work := clone(s)
 	if c.size > 1 {
-		ch := c.Choose(CollReduceScatter, int64(len(s)))
+		ch := c.choose(CollReduceScatter, int64(len(s)), false)
 		o.setAlgo(ch.Algorithm, 0)
 		if err := o.reduceScatterAlgo(ch.Algorithm, c.whole(), work, off); err != nil {
 			return err
@@ -361,7 +361,7 @@ func (o *task) alltoall(s, r []byte) error {
 	if ok, err := o.offload(s, r, b/o.esz(), 0); ok {
 		return err
 	}
-	ch := c.Choose(CollAllToAll, int64(b))
+	ch := c.choose(CollAllToAll, int64(b), false)
 	o.setAlgo(ch.Algorithm, 0)
 	return o.alltoallAlgo(ch.Algorithm, c.whole(), s, r, b)
 }
@@ -414,7 +414,7 @@ func (c *Communicator) Split(ctx context.Context, color, key int) (*Communicator
 		all := make([]int64, 3*c.size)
 		copy(all[3*c.rank:], mine)
 		off := blocks(len(all), c.size, 8)
-		ch := c.Choose(CollAllGather, int64(8*len(all)))
+		ch := c.choose(CollAllGather, int64(8*len(all)), false)
 		o.setAlgo(ch.Algorithm, 0)
 		if err := o.allgatherAlgo(ch.Algorithm, c.whole(), asBytes(all), off); err != nil {
 			return err

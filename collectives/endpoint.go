@@ -60,28 +60,28 @@ type endpoint struct {
 	plugin  *plugins.Client
 	device  *plugins.Client // the device plugin (Setup.Device), or nil
 	offload Offloader       // the plugin's collectives, when every rank has them
-	// What transfers use, kept for the next ones: the transfers (a
-	// Communicator hands them back, see recycle) and staging buffers.
+	// The transfers, kept for the next ones (a Communicator hands them
+	// back, see recycle), each with its staging buffer once it needed one.
 	poolMu sync.Mutex
 	xfers  request.FreeList[xfer]
-	stages request.FreeList[[]byte]
 }
 
-func (e *endpoint) getStage() *[]byte {
-	e.poolMu.Lock()
-	b := e.stages.Get()
-	e.poolMu.Unlock()
-	if *b == nil {
-		*b = make([]byte, combineBytes)
+// getStage returns the transfer's staging buffer, combineBytes long. It
+// stays with the transfer, through recycle, so that a transfer in steady
+// state takes no lock for it; a transfer left in flight (held) keeps it.
+func (x *xfer) getStage() *[]byte {
+	if x.own == nil {
+		x.own = make([]byte, combineBytes)
 	}
-	return b
+	return &x.own
 }
 
 // xfer implements Transfer over one or more transport requests.
 type xfer struct {
 	ctx   context.Context
 	reqs  []transport.Request
-	stage *[]byte  // staging buffer, returned to e.stages when done
+	stage *[]byte  // &own while a combined message uses it
+	own   []byte   // the staging buffer, made on first use
 	bufs  [][]byte // a combined receive's destination
 	peer  int
 	name  string
@@ -137,8 +137,8 @@ func (x *xfer) recycle() {
 			x.rel.Release(r)
 		}
 	}
-	e := x.e
-	*x = xfer{}
+	e, own := x.e, x.own
+	*x = xfer{own: own}
 	e.poolMu.Lock()
 	e.xfers.Put(x)
 	e.poolMu.Unlock()
@@ -322,14 +322,7 @@ func (x *xfer) scatter(n int) {
 	}
 }
 
-func (x *xfer) release() {
-	if x.stage != nil {
-		x.e.poolMu.Lock()
-		x.e.stages.Put(x.stage)
-		x.e.poolMu.Unlock()
-		x.stage = nil
-	}
-}
+func (x *xfer) release() { x.stage = nil }
 
 // peerGone is a transport's error that means ErrPeerGone, without
 // repeating that sentinel's text.
@@ -366,7 +359,7 @@ func (e *endpoint) Isend(ctx context.Context, peer int, tag uint64, bufs ...[]by
 	x.small = total(bufs) <= combineBytes
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
-		x.stage = e.getStage()
+		x.stage = x.getStage()
 		b := (*x.stage)[:0]
 		for _, p := range bufs {
 			b = append(b, p...)
@@ -397,7 +390,7 @@ func (e *endpoint) Irecv(ctx context.Context, peer int, tag uint64, bufs ...[]by
 	x.small = total(bufs) <= combineBytes
 	parts := bufs
 	if len(bufs) > 1 && total(bufs) <= combineBytes {
-		x.stage = e.getStage()
+		x.stage = x.getStage()
 		x.bufs = bufs
 		x.one[0] = (*x.stage)[:total(bufs)]
 		parts = x.one[:]

@@ -221,7 +221,7 @@ func InitWith(ctx context.Context, s Setup, opts *Options) (*Communicator, error
 		defer cancel()
 	}
 	e := &endpoint{rank: s.Rank, hosts: make([]int, s.Size), links: make([]*link, s.Size)}
-	e.xfers.Max, e.stages.Max = 256, 256 // enough for a window of chunks to several peers
+	e.xfers.Max = 256 // enough for a window of chunks to several peers
 	e.hosts[s.Rank] = s.Host
 	var c *Communicator
 	if s.Size == 1 {

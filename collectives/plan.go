@@ -82,6 +82,13 @@ func (t topology) cross(l int) group {
 // model's estimate. It is what the operations themselves use, so it can
 // be asked before or after, for example by `gorun bench`.
 func (c *Communicator) Choose(coll Collective, bytes int64) Choice {
+	return c.choose(coll, bytes, true)
+}
+
+// choose is Choose, with the estimate only when asked: an operation needs
+// only the algorithm, and the cost model's arithmetic was 2-3% of a small
+// call's time.
+func (c *Communicator) choose(coll Collective, bytes int64, estimate bool) Choice {
 	t := c.topo
 	ch := Choice{Collective: coll, Bytes: bytes, Ranks: c.size, Class: t.class()}
 	if coll >= numCollectives {
@@ -116,12 +123,16 @@ func (c *Communicator) Choose(coll Collective, bytes int64) Choice {
 		case CollReduce:
 			ch.Phases = []Phase{ph(CollReduce, IntraHost, ppn, bytes), ph(CollReduce, InterHost, hosts, bytes)}
 		}
-		for _, p := range ch.Phases {
-			ch.Estimate += c.model.Estimate(p.Collective, p.Algorithm, p.Class, p.Ranks, p.Bytes)
+		if estimate {
+			for _, p := range ch.Phases {
+				ch.Estimate += c.model.Estimate(p.Collective, p.Algorithm, p.Class, p.Ranks, p.Bytes)
+			}
 		}
 		return ch
 	}
 	ch.Algorithm = c.thr.Select(coll, ch.Class, c.size, bytes)
-	ch.Estimate = c.model.Estimate(coll, ch.Algorithm, ch.Class, c.size, bytes)
+	if estimate {
+		ch.Estimate = c.model.Estimate(coll, ch.Algorithm, ch.Class, c.size, bytes)
+	}
 	return ch
 }
