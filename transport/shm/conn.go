@@ -130,35 +130,23 @@ func (e *endpoint) Polling() {
 // and collectives' say, with request.Idler's methods): the side takes it
 // for a Wait parked for good, and asks to be rung for everything from now
 // on, as before there were idle sides.
-func (e *endpoint) Parking() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.polling--
-	e.blocked++
-	if e.polling == 0 && !e.down {
-		e.arm()
-		e.settle()
-	}
-}
+func (e *endpoint) Parking() { e.change(-1, 1) }
 
 // Idle implements request.Idler: a Wait stops polling without parking;
 // arm the doorbell if it was the last.
-func (e *endpoint) Idle() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.polling--
-	if e.polling == 0 && !e.down {
-		e.arm()
-		e.settle()
-	}
-}
+func (e *endpoint) Idle() { e.change(-1, 0) }
 
 // Blocking implements request.Idler: a Wait is about to park until its
 // request completes; from now on the peer rings for everything.
-func (e *endpoint) Blocking() {
+func (e *endpoint) Blocking() { e.change(0, 1) }
+
+// change counts Waits that start or stop polling and parking, and arms
+// the doorbell for what the side then wants if none polls.
+func (e *endpoint) change(polling, blocked int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.blocked++
+	e.polling += polling
+	e.blocked += blocked
 	if e.polling == 0 && !e.down {
 		e.arm()
 		e.settle()
