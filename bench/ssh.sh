@@ -33,7 +33,8 @@
 #                    beside gorun in parts 1 and 2, as "before"; it is copied to
 #                    bench/.bin/gorun-before, where the hosts see it
 #        STATE       the fixture's state folder (default bench/.state/ssh, gitignored)
-#        OUT         results folder (default bench/results/ssh-DATE)
+#        OUT         results folder (default bench/results/ssh-DATE), where the hosts see
+#                    it: not under /tmp, /run or /dev/shm
 # Output: markdown tables on stdout and in OUT/table.md; raw per-run JSON in OUT.
 #
 # Network: only loopback and the fixture's own subnet (10.213.X.0/24, on a bridge that
@@ -90,7 +91,11 @@ if [ "${1:-}" = --in-head ]; then
   placement() {
     local label=$1 want=$2 got
     shift 2
-    got=$(timeout "$TIMEOUT" "$@" hostname 2>/dev/null | sort -V | uniq -c | awk '{printf "%s:%s ", $2, $1}')
+    got=$(timeout "$TIMEOUT" "$@" hostname 2>"$OUT/placement.err" | sort -V | uniq -c | awk '{printf "%s:%s ", $2, $1}') || {
+      echo "ssh.sh: $label failed: $*" >&2
+      tail -5 "$OUT/placement.err" >&2
+      exit 1
+    }
     echo "placement $label: ${got:-nothing}" | tee -a "$OUT/env.txt"
     [ "$got" = "$want " ] || echo "WARNING: $label placed ranks as '$got', want '$want'" | tee -a "$OUT/env.txt" >&2
   }
@@ -214,6 +219,14 @@ echo "building gorun and testhosts..." >&2
 
 OUT=${OUT:-$BENCH/results/ssh-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT" "$(dirname "$STATE")"
+OUT=$(cd "$OUT" && pwd -P)
+# The ranks start in OUT/scratch on the hosts, whose /tmp, /run and /dev/shm are their own.
+case "$OUT/" in
+  /tmp/* | /run/* | /dev/shm/*)
+    echo "ssh.sh: OUT=$OUT: the fake hosts do not see it (their /tmp, /run and /dev/shm are their own); give a folder elsewhere" >&2
+    exit 1
+    ;;
+esac
 
 # The fixture: BIG hosts h1..hBIG (parts 1 and 2 use the first 4 and 16).
 started=0
