@@ -50,8 +50,9 @@
 // a CTS or FIN, streamed chunks, a full ring). The ring it is spared costs
 // the sender a system call and the receiver a thread woken on its own
 // CPUs: with 2 ranks on 2 vCPUs, about a quarter of the calls of a 4 KiB
-// AllReduce rang before, and runs of 5,000 calls of it took 40-200 µs a
-// call instead of 2-4 µs whenever those wake-ups came late. BenchmarkWake measures the choices between two
+// AllReduce rang before, and in stretches when those wake-ups came late
+// (a busy VM host), runs of 5,000 calls of it took 9-200 µs a call
+// instead of 2-4 µs. BenchmarkWake measures the choices between two
 // processes on the project's 2-vCPU VM, as round trips: both sides spinning
 // 0.13-0.2 µs; a futex in the segment 6-11 µs; an eventfd read through Go's
 // network poller 12-50 µs, a unix socket the same (both vary with how the
