@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/internal/testcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // Job is a batch job submitted by Qsub, QsubSync or RunPE.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/internal/testcluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/testcluster"
 )
 
 // ErrNoJob is returned (wrapped) by JobInfo and WaitState when the

@@ -33,7 +33,7 @@ const (
 // would run one rank per display. Intel's processing accelerators (0x1200)
 // are its NPUs, not GPUs.
 func gpuVendor(vendor, class string) string {
-	cls := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(class)), "0x")
+	cls := pciClass(class)
 	if len(cls) < 4 {
 		return ""
 	}
@@ -59,8 +59,14 @@ func gpuVendor(vendor, class string) string {
 // gpuVendor takes for some vendor: display (0x03) or processing
 // accelerator (0x12).
 func gpuClass(class string) bool {
-	cls := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(class)), "0x")
+	cls := pciClass(class)
 	return strings.HasPrefix(cls, "03") || strings.HasPrefix(cls, "12")
+}
+
+// pciClass is a sysfs class attribute ("0x030200\n") as hex digits in
+// lower case ("030200").
+func pciClass(class string) string {
+	return strings.TrimPrefix(strings.ToLower(strings.TrimSpace(class)), "0x")
 }
 
 // vendorRank orders vendors in Node.GPUs: NVIDIA, AMD, Intel.

@@ -472,7 +472,7 @@ func (c *sendConn) Isend(buf []byte, tag uint64, mh transport.MemHandle) (transp
 	c.out = append(c.out, r)
 	if !c.flush() || len(c.out) > 0 {
 		// The ring is full: an idle receiver must make room.
-		c.ringPeer(flagParked | flagIdle)
+		c.ringPeer(ringProgress)
 	}
 	c.settle()
 	return r, nil
@@ -537,7 +537,7 @@ func (c *sendConn) flush() bool {
 	clear(c.out[:n])
 	c.out = c.out[n:]
 	if rdv {
-		c.ringPeer(flagParked | flagIdle) // the receiver's progress moves it
+		c.ringPeer(ringProgress) // the receiver's progress moves it
 	} else {
 		c.ringPeer(flagParked)
 	}
@@ -620,7 +620,7 @@ func (c *sendConn) poll() bool {
 		}
 	}
 	if pushed {
-		c.ringPeer(flagParked | flagIdle)
+		c.ringPeer(ringProgress)
 		worked = true
 	}
 	return worked
@@ -894,7 +894,7 @@ func (c *recvConn) ctrl(typ uint32, a, b uint64) {
 func (c *recvConn) publish() {
 	if c.kick && !c.down {
 		c.kick = false
-		c.ringPeer(flagParked | flagIdle)
+		c.ringPeer(ringProgress)
 	}
 }
 

@@ -47,6 +47,9 @@ const (
 	// my progress (a rendezvous, a control record, queued records), not
 	// for an eager message, which waits in the ring for my next poll.
 	flagIdle = 4
+	// ringProgress: what a publication that needs the peer's progress
+	// (not an eager message) rings for.
+	ringProgress = flagParked | flagIdle
 )
 
 // segment is a mapped connection segment.
